@@ -1,0 +1,41 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Compiled XLA programs are cached outside the repository so repeated runs skip compiles.
+export JAXES_CACHE_DIR ?= $(HOME)/.cache/jaxes/xla
+
+.PHONY: demo test lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[plot]'
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[plot,dev]'
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/quickstart.py
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+
+format: $(VENV)/.test-installed
+	$(BIN)/ruff format src tests examples benchmarks
+	$(BIN)/ruff check --fix src tests examples benchmarks
+
+bench: $(VENV)/.test-installed
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/asktell.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,238 @@
+"""Perturbations rebuilt from keys, never stored.
+
+Member ``i`` of a population is ``θ + s_i σ ε_{j(i)}``. With antithetic pairs ``j = i // 2`` and
+``s_i = +1, -1, +1, -1, ...``; without them ``j = i`` and ``s_i = +1``. Each base perturbation
+``ε_j`` is a pure function of ``(noise_state, fold_in(key, j))``, so ``ask``, ``member`` and
+``tell`` on any device or host rebuild exactly the same numbers from the same key (Salimans et
+al. 2017): only fitness values ever need to travel.
+
+Two sources of ``ε``:
+  * ``gaussian()``: fresh N(0, I) draws from JAX's counter-based PRNG.
+  * ``noise_table(size)``: a fixed table of N(0, 1) floats made once at ``init``; ``ε_j`` is the
+    window of length ``dim(θ)`` at a key-derived offset. Reading a window is much cheaper than
+    drawing normals, at the cost of correlated (shifted) windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxes.types import Params, PRNGKey
+
+NoiseState = Any
+
+
+class NoiseSource(NamedTuple):
+    """Where base perturbations come from.
+
+    Attributes:
+      init: ``init(key, params) -> noise_state`` (``None`` for a stateless source).
+      sample: ``sample(noise_state, key, params) -> eps``, one float32 pytree shaped like
+        ``params`` with N(0, 1) entries.
+      name: a short label for logs.
+    """
+
+    init: Callable[[PRNGKey, Params], NoiseState]
+    sample: Callable[[NoiseState, PRNGKey, Params], Params]
+    name: str
+
+
+def validate_params(params: Params) -> None:
+    """Raises ``ValueError`` unless ``params`` is a non-empty pytree of floating arrays."""
+    leaves = jax.tree.leaves(params)
+    if not leaves:
+        raise ValueError("params: expected a pytree with at least one array leaf, got an empty one")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        dtype = jnp.result_type(leaf)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"params: leaf {jax.tree_util.keystr(path) or '<root>'} has dtype {dtype}; "
+                "evolution strategies perturb floating arrays only (float32, bfloat16, ...)"
+            )
+
+
+def num_params(params: Params) -> int:
+    """Total number of scalars in ``params``."""
+    return sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params))
+
+
+def gaussian() -> NoiseSource:
+    """N(0, I) perturbations drawn from the key, one independent stream per leaf.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> src = gaussian()
+      >>> eps = src.sample(src.init(jax.random.key(0), {"w": jnp.zeros(3)}), jax.random.key(1),
+      ...                  {"w": jnp.zeros(3)})
+      >>> eps["w"].shape
+      (3,)
+    """
+
+    def init(key, params):
+        del key, params
+        return None
+
+    def sample(noise_state, key, params):
+        del noise_state
+        leaves, treedef = jax.tree.flatten(params)
+        keys = jax.random.split(key, len(leaves))
+        return treedef.unflatten(
+            [jax.random.normal(k, jnp.shape(x), jnp.float32) for k, x in zip(keys, leaves)]
+        )
+
+    return NoiseSource(init, sample, "gaussian")
+
+
+def noise_table(size: int = 2**24) -> NoiseSource:
+    """A shared table of ``size`` N(0, 1) float32 values; ``ε_j`` is one window of it.
+
+    The table is made at ``init`` from its key and lives in the strategy state (``size * 4``
+    bytes). It must hold at least one window, i.e. ``size >= num_params(params)``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> src = noise_table(1000)
+      >>> table = src.init(jax.random.key(0), {"w": jnp.zeros(10)})
+      >>> table.shape
+      (1000,)
+    """
+    if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"noise_table_size: expected a positive int, got {size!r}")
+
+    def init(key, params):
+        dim = num_params(params)
+        if dim > size:
+            raise ValueError(
+                f"noise_table_size: the table ({size} floats) is smaller than one perturbation "
+                f"({dim} parameters); use noise_table_size >= {dim}"
+            )
+        return jax.random.normal(key, (size,), jnp.float32)
+
+    def sample(table, key, params):
+        leaves, treedef = jax.tree.flatten(params)
+        sizes = [math.prod(jnp.shape(x)) for x in leaves]
+        dim = sum(sizes)
+        offset = jax.random.randint(key, (), 0, table.shape[0] - dim + 1)
+        flat = jax.lax.dynamic_slice(table, (offset,), (dim,))
+        splits = np.cumsum(sizes)[:-1].tolist()
+        parts = jnp.split(flat, splits) if splits else [flat]
+        return treedef.unflatten([p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves)])
+
+    return NoiseSource(init, sample, "table")
+
+
+def perturb(params: Params, sigma, eps: Params, sign) -> Params:
+    """``params + sign * sigma * eps`` leaf by leaf, computed in float32, cast back to each leaf.
+
+    ``sigma`` is a scalar or a pytree like ``params`` (per-coordinate σ).
+    """
+    sigmas = _broadcast_like(sigma, params)
+    return jax.tree.map(
+        lambda x, s, e: (x.astype(jnp.float32) + sign * (s * e)).astype(x.dtype),
+        params,
+        sigmas,
+        eps,
+    )
+
+
+def _broadcast_like(value, params: Params) -> Params:
+    if jax.tree.structure(value) == jax.tree.structure(params) and jax.tree.leaves(value):
+        return value
+    return jax.tree.map(lambda _: value, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Perturbations:
+    """The static recipe mapping ``(noise_state, key, i)`` to member ``i``'s perturbation.
+
+    Attributes:
+      source: the ``NoiseSource`` of base perturbations.
+      population_size: ``P``.
+      antithetic: pair members as ``(+ε, -ε)`` (``P`` must then be even).
+      batch_size: how many base perturbations ``sums`` rebuilds at once; ``None`` rebuilds all
+        of them in one ``vmap`` (fastest, ``P/2 × dim`` floats of memory).
+    """
+
+    source: NoiseSource
+    population_size: int
+    antithetic: bool = True
+    batch_size: int | None = None
+
+    @property
+    def num_base(self) -> int:
+        """How many independent ``ε_j`` one population uses."""
+        return self.population_size // 2 if self.antithetic else self.population_size
+
+    def base_index(self, i):
+        """``(j, sign)`` of member ``i``: which base perturbation, and with which sign."""
+        if self.antithetic:
+            return i // 2, 1.0 - 2.0 * (i % 2)
+        return i, jnp.float32(1.0)
+
+    def base(self, noise_state, key, j, like: Params) -> Params:
+        """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
+        return self.source.sample(noise_state, jax.random.fold_in(key, j), like)
+
+    def _members_of_base(self, noise_state, key, j, params, sigma) -> Params:
+        """The members built from ``ε_j``: leading axis 2 (antithetic) or 1."""
+        eps = self.base(noise_state, key, j, params)
+        signs = jnp.array([1.0, -1.0] if self.antithetic else [1.0], jnp.float32)
+        return jax.vmap(lambda s: perturb(params, sigma, eps, s))(signs)
+
+    def member(self, noise_state, key, i, params: Params, sigma) -> Params:
+        """Member ``i`` alone; bit-identical to row ``i`` of ``population``."""
+        j, _ = self.base_index(i)
+        group = self._members_of_base(noise_state, key, j, params, sigma)
+        slot = i % 2 if self.antithetic else 0
+        return jax.tree.map(lambda g: g[slot], group)
+
+    def population(self, noise_state, key, params: Params, sigma) -> Params:
+        """All ``P`` members, interleaved ``+ε_0, -ε_0, +ε_1, ...`` when antithetic."""
+        groups = jax.vmap(lambda j: self._members_of_base(noise_state, key, j, params, sigma))(
+            jnp.arange(self.num_base)
+        )
+        return jax.tree.map(lambda g: g.reshape((self.population_size,) + g.shape[2:]), groups)
+
+    def sums(self, noise_state, key, like: Params, coeffs: jax.Array) -> Params:
+        """``Σ_i coeffs[k, i] s_i ε_{j(i)}`` for each row ``k``: float32 leaves of shape ``(K, ...)``.
+
+        Antithetic pairs are folded first (``(c_{2j} - c_{2j+1}) ε_j``), so a coefficient row
+        that is constant over the population sums to exactly zero.
+        """
+        coeffs = jnp.asarray(coeffs, jnp.float32)
+        if self.antithetic:
+            coeffs = coeffs[:, 0::2] - coeffs[:, 1::2]
+        n = self.num_base
+        batch = n if self.batch_size is None else min(self.batch_size, n)
+        n_chunks = -(-n // batch)
+        padded = n_chunks * batch
+        # Padding indices carry zero coefficients, so their noise never counts.
+        coeffs = jnp.pad(coeffs, ((0, 0), (0, padded - n)))
+
+        def chunk_sum(start):
+            idx = start + jnp.arange(batch)
+            eps = jax.vmap(lambda j: self.base(noise_state, key, j, like))(idx)
+            c = jax.lax.dynamic_slice_in_dim(coeffs, start, batch, axis=1)
+            return jax.tree.map(
+                lambda e: jnp.tensordot(c, e, axes=(1, 0), precision=jax.lax.Precision.HIGHEST),
+                eps,
+            )
+
+        if n_chunks == 1:
+            return chunk_sum(0)
+
+        def body(acc, start):
+            return jax.tree.map(jnp.add, acc, chunk_sum(start)), None
+
+        zeros = jax.tree.map(
+            lambda x: jnp.zeros((coeffs.shape[0],) + jnp.shape(x), jnp.float32), like
+        )
+        total, _ = jax.lax.scan(body, zeros, jnp.arange(n_chunks) * batch)
+        return total

@@ -1,0 +1,210 @@
+"""OpenAI-ES (Salimans et al. 2017), written as a centre-of-mass displacement."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxes import centroid, noise as noise_lib, shaping as shaping_lib
+from jaxes.strategies import common
+from jaxes.types import Params, Strategy
+
+
+class OpenESState(NamedTuple):
+    """Everything that changes between generations.
+
+    Attributes:
+      params: the model θ.
+      opt_state: the optax optimizer state.
+      key: the key of the latest ``ask``; every perturbation is rebuilt from it.
+      generation: how many ``tell`` calls have happened.
+      noise_state: the noise table (``None`` for Gaussian noise).
+      best_params: the best member seen so far.
+      best_fitness: its fitness (``-inf`` before the first ``tell``).
+    """
+
+    params: Params
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: noise_lib.NoiseState
+    best_params: Params
+    best_fitness: jax.Array
+
+
+class OpenESInfo(NamedTuple):
+    """Per-generation diagnostics (fitness maximised; statistics over finite members)."""
+
+    fitness_mean: jax.Array
+    fitness_max: jax.Array
+    fitness_min: jax.Array
+    best_fitness: jax.Array
+    best_params: Params
+    update_norm: jax.Array
+    com_displacement_norm: jax.Array
+    centroid_offset_norm: jax.Array
+    total_mass: jax.Array
+    sigma: jax.Array
+
+
+class EstimateStats(NamedTuple):
+    """What ``estimate`` learnt about the population besides the direction."""
+
+    weights: jax.Array
+    com_displacement_norm: jax.Array
+    centroid_offset_norm: jax.Array
+    total_mass: jax.Array
+    sigma: jax.Array
+
+
+def open_es(
+    population_size: int,
+    sigma=0.05,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    learning_rate: float = 1e-2,
+    l2_coeff: float = 0.0,
+    antithetic: bool = True,
+    fitness_shaping="centered_rank",
+    noise: str = "gaussian",
+    noise_table_size: int = 2**24,
+    sigma_floor: float = 0.0,
+    noise_batch_size: int | None = None,
+) -> Strategy:
+    """OpenAI-ES: perturb, rank, and step toward the reward-weighted centre of mass.
+
+    The step direction is ``g = (m̄/σ²)(M - c)`` (``jaxes.centroid``), which equals the classical
+    estimator ``(1/(Pσ)) Σ (w_i - w̄) ε_i`` exactly; it is handed to ``optimizer`` as an ascent
+    direction, with ``l2_coeff * θ`` subtracted first. Fitness is maximised.
+
+    Args:
+      population_size: ``P``; even when ``antithetic``.
+      sigma: perturbation scale, a constant > 0 or an optax schedule of the generation.
+      optimizer: any optax transformation; defaults to ``optax.adam(learning_rate)``.
+      learning_rate: used only when ``optimizer`` is ``None``.
+      l2_coeff: L2 penalty coefficient (>= 0) on θ.
+      antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
+      fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a callable.
+      noise: ``"gaussian"`` (drawn from keys) or ``"table"`` (windows of a shared table).
+      noise_table_size: floats in the table when ``noise="table"``.
+      sigma_floor: lower bound applied to a scheduled σ.
+      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: all; smaller saves
+        memory for big models).
+
+    Returns:
+      A ``Strategy``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> es = open_es(population_size=8, sigma=0.1, learning_rate=0.1)
+      >>> state = es.init(jax.random.key(0), {"x": jnp.ones(3)})
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> population["x"].shape
+      (8, 3)
+      >>> fitness = -jnp.sum(population["x"] ** 2, axis=1)
+      >>> state, info = es.tell(state, fitness)
+      >>> bool(jnp.all(state.params["x"] < 1.0))
+      True
+    """
+    p = common.check_population_size(population_size, antithetic)
+    sigma_at = common.sigma_schedule(sigma, sigma_floor)
+    l2 = common.check_positive("l2_coeff", l2_coeff, allow_zero=True)
+    if optimizer is None:
+        optimizer = optax.adam(common.check_positive("learning_rate", learning_rate))
+    elif not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(
+            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
+        )
+    shape_fitness = shaping_lib.get_shaping(fitness_shaping)
+    perturbations = common.make_perturbations(noise, noise_table_size, p, antithetic, noise_batch_size)
+
+    def init(key: jax.Array, params: Params) -> OpenESState:
+        noise_lib.validate_params(params)
+        table_key, ask_key = jax.random.split(key)
+        return OpenESState(
+            params=params,
+            opt_state=optimizer.init(params),
+            key=ask_key,
+            generation=jnp.zeros((), jnp.int32),
+            noise_state=perturbations.source.init(table_key, params),
+            best_params=params,
+            best_fitness=jnp.full((), -jnp.inf, jnp.float32),
+        )
+
+    def ask(key: jax.Array, state: OpenESState):
+        state = state._replace(key=key)
+        sig = sigma_at(state.generation)
+        population = perturbations.population(state.noise_state, key, state.params, sig)
+        return population, state
+
+    def member(state: OpenESState, i) -> Params:
+        sig = sigma_at(state.generation)
+        return perturbations.member(state.noise_state, state.key, i, state.params, sig)
+
+    def estimate(state: OpenESState, fitness):
+        fitness = common.check_fitness(fitness, p)
+        sig = sigma_at(state.generation)
+        weights = shape_fitness(fitness)
+        mass = centroid.masses(weights)
+        # One pass over the regenerated noise gives both Σ m_i ε_i and Σ ε_i.
+        sums = perturbations.sums(
+            state.noise_state, state.key, state.params, jnp.stack([mass, jnp.ones_like(mass)])
+        )
+        moments = centroid.PopulationMoments(
+            total_mass=jnp.sum(mass),
+            count=p,
+            mass_moment=jax.tree.map(lambda s: sig * s[0], sums),
+            displacement_sum=jax.tree.map(lambda s: sig * s[1], sums),
+        )
+        direction = centroid.displacement_update(moments, sig)
+        stats = EstimateStats(
+            weights=weights,
+            com_displacement_norm=centroid.tree_norm(centroid.centre_of_mass(moments)),
+            centroid_offset_norm=centroid.tree_norm(centroid.plain_centroid(moments)),
+            total_mass=moments.total_mass,
+            sigma=sig,
+        )
+        return direction, stats
+
+    def tell(state: OpenESState, fitness):
+        direction, stats = estimate(state, fitness)
+        ascent = jax.tree.map(lambda g, x: g - l2 * x.astype(jnp.float32), direction, state.params)
+        descent = jax.tree.map(jnp.negative, ascent)
+        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+
+        ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
+        best_i = jnp.argmax(ranked)
+        improved = ranked[best_i] > state.best_fitness
+        best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
+        best_params = jax.tree.map(
+            lambda new, old: jnp.where(improved, new, old), member(state, best_i), state.best_params
+        )
+        f_mean, f_max, f_min = common.finite_stats(fitness)
+        info = OpenESInfo(
+            fitness_mean=f_mean,
+            fitness_max=f_max,
+            fitness_min=f_min,
+            best_fitness=best_fitness,
+            best_params=best_params,
+            update_norm=centroid.tree_norm(updates),
+            com_displacement_norm=stats.com_displacement_norm,
+            centroid_offset_norm=stats.centroid_offset_norm,
+            total_mass=stats.total_mass,
+            sigma=stats.sigma,
+        )
+        new_state = state._replace(
+            params=params,
+            opt_state=opt_state,
+            generation=state.generation + 1,
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+        return new_state, info
+
+    return Strategy(
+        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
+    )

@@ -1,0 +1,167 @@
+"""Assertions to call from your own pytest: does a strategy do what its maths says?
+
+Each function runs the strategy on *your* params and fitness and raises ``AssertionError``
+with the largest discrepancy when a property fails. They need a strategy whose ``estimate``
+stats carry ``weights`` and ``sigma`` (every jaxes strategy written as a centroid update).
+
+Example:
+  >>> import jax, jax.numpy as jnp, jaxes
+  >>> es = jaxes.open_es(population_size=16, sigma=0.1)
+  >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+  >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
+  >>> assert_update_matches_classical(es, params, fitness_fn, jax.random.key(0))
+  >>> assert_shift_and_scale_invariant(es, params, fitness_fn, jax.random.key(0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxes import centroid
+from jaxes.types import Params, Strategy
+
+FitnessArg = Callable[[Params], jax.Array] | jax.Array
+
+
+def _sample(strategy: Strategy, params: Params, fitness: FitnessArg, key: jax.Array):
+    init_key, ask_key = jax.random.split(key)
+    state = strategy.init(init_key, params)
+    population, state = strategy.ask(ask_key, state)
+    values = jax.vmap(fitness)(population) if callable(fitness) else jnp.asarray(fitness)
+    return state, population, values
+
+
+def _close(
+    name: str, actual: Params, expected: Params, rtol: float, atol: float, slack=None
+) -> None:
+    slacks = jax.tree.leaves(slack) if slack is not None else [0.0] * len(jax.tree.leaves(actual))
+    for path, a, e, extra in zip(
+        jax.tree_util.tree_leaves_with_path(actual),
+        jax.tree.leaves(actual),
+        jax.tree.leaves(expected),
+        slacks,
+        strict=True,
+    ):
+        a64, e64 = np.asarray(a, np.float64), np.asarray(e, np.float64)
+        scale = atol + rtol * np.max(np.abs(e64), initial=0.0) + extra
+        err = np.max(np.abs(a64 - e64), initial=0.0)
+        if not err <= scale:
+            raise AssertionError(
+                f"{name}: leaf {jax.tree_util.keystr(path[0])} differs by {err:.3g} "
+                f"(allowed {scale:.3g})"
+            )
+
+
+def assert_update_matches_classical(
+    strategy: Strategy,
+    params: Params,
+    fitness: FitnessArg,
+    key: jax.Array,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> None:
+    """The strategy's centroid direction equals ``(1/(Pσ)) Σ (w_i - w̄) ε_i``.
+
+    ``ε_i`` is read back from the population the strategy actually returned
+    (``(x_i - θ)/σ`` in float64), so this also checks that ``tell`` rebuilt the same noise.
+
+    Args:
+      strategy: a jaxes strategy.
+      params: your parameter pytree.
+      fitness: a per-member fitness function (maximised) or a ``(P,)`` array.
+      key: PRNG key.
+      rtol, atol: tolerance relative to the largest entry of the reference.
+    """
+    state, population, values = _sample(strategy, params, fitness, key)
+    direction, stats = strategy.estimate(state, values)
+    sigma = np.float64(stats.sigma)
+    noise = jax.tree.map(
+        lambda x, t: (np.asarray(x, np.float64) - np.asarray(t, np.float64)[None]) / sigma,
+        population,
+        state.params,
+    )
+    w = np.asarray(stats.weights, np.float64)
+    w = w - w.mean()
+    reference = jax.tree.map(lambda e: np.tensordot(w, e, axes=(0, 0)) / (len(w) * sigma), noise)
+
+    # Members are stored in their leaf dtype, so ε read back from them carries a rounding error
+    # of about eps(dtype) * |x| / σ per entry; allow what that can add up to.
+    def rounding_slack(x):
+        unit = float(jnp.finfo(x.dtype).eps) * float(np.max(np.abs(np.asarray(x, np.float64))))
+        return 2.0 * np.sum(np.abs(w)) / (len(w) * sigma) * unit / sigma
+
+    slack = jax.tree.map(rounding_slack, population)
+    _close("centroid update vs classical estimator", direction, reference, rtol, atol, slack)
+
+
+def assert_shift_and_scale_invariant(
+    strategy: Strategy,
+    params: Params,
+    fitness: FitnessArg,
+    key: jax.Array,
+    shift: float = 123.0,
+    scale: float | None = 7.0,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> None:
+    """``F -> F + shift`` (and ``F -> scale * F`` unless ``scale`` is None) leave the step alone.
+
+    Pass ``scale=None`` for ``fitness_shaping="raw"``, whose step scales with fitness.
+    """
+    state, _, values = _sample(strategy, params, fitness, key)
+    base, _ = strategy.estimate(state, values)
+    shifted, _ = strategy.estimate(state, values + shift)
+    _close(f"step after F -> F + {shift}", shifted, base, rtol, atol)
+    if scale is not None:
+        scaled, _ = strategy.estimate(state, values * scale)
+        _close(f"step after F -> {scale} * F", scaled, base, rtol, atol)
+
+
+def assert_monotone_invariant(
+    strategy: Strategy,
+    params: Params,
+    fitness: FitnessArg,
+    key: jax.Array,
+    transform: Callable[[jax.Array], jax.Array] = jnp.arctan,
+) -> None:
+    """A strictly increasing ``transform`` of fitness leaves a rank-shaped step unchanged."""
+    state, _, values = _sample(strategy, params, fitness, key)
+    base, _ = strategy.estimate(state, values)
+    mapped, _ = strategy.estimate(state, transform(values))
+    _close("step after a strictly increasing map of fitness", mapped, base, 0.0, 0.0)
+
+
+def assert_antithetic_centroid_on_model(
+    strategy: Strategy, params: Params, fitness: FitnessArg, key: jax.Array
+) -> None:
+    """With antithetic pairs the plain centroid sits exactly on the model (``‖c - θ‖ = 0``)."""
+    state, _, values = _sample(strategy, params, fitness, key)
+    _, stats = strategy.estimate(state, values)
+    offset = float(stats.centroid_offset_norm)
+    if offset != 0.0:
+        raise AssertionError(f"plain centroid is {offset:.3g} away from the model, expected 0")
+
+
+def assert_members_rebuilt(strategy: Strategy, params: Params, key: jax.Array) -> None:
+    """``member(state, i)`` is bit-identical to row ``i`` of ``ask``'s population, for every i."""
+    init_key, ask_key = jax.random.split(key)
+    state = strategy.init(init_key, params)
+    population, state = strategy.ask(ask_key, state)
+    rebuilt = jax.vmap(lambda i: strategy.member(state, i))(
+        jnp.arange(strategy.population_size)
+    )
+    _close("member(state, i) vs ask's population", rebuilt, population, 0.0, 0.0)
+
+
+__all__ = [
+    "assert_antithetic_centroid_on_model",
+    "assert_members_rebuilt",
+    "assert_monotone_invariant",
+    "assert_shift_and_scale_invariant",
+    "assert_update_matches_classical",
+    "centroid",
+]

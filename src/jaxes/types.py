@@ -1,0 +1,45 @@
+"""Shared types: the `Strategy` tuple of pure functions and the aliases it speaks in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+PRNGKey = jax.Array
+Params = Any  # any pytree of floating arrays
+Population = Any  # the same pytree, every leaf with a leading axis of size P
+Fitness = jax.Array  # shape (P,), floating; always maximised
+State = Any
+Info = Any
+
+
+class Strategy(NamedTuple):
+    """An evolution strategy as a tuple of pure functions (optax/blackjax style).
+
+    Static settings (population size, noise source, shaping, optimizer) live in the closure of
+    the factory that built it; everything that changes lives in the explicit ``state``.
+
+    Attributes:
+      init: ``init(key, params) -> state``.
+      ask: ``ask(key, state) -> (population, state)``; the population is ``params`` with a
+        leading axis of size ``population_size``. The returned state remembers ``key`` so that
+        ``tell`` can rebuild every perturbation without being given the population.
+      tell: ``tell(state, fitness) -> (state, info)``; ``fitness`` has shape ``(P,)`` and is
+        *maximised*.
+      member: ``member(state, i) -> params_i``, member ``i`` of the population the last ``ask``
+        drew, built alone (the same code path as ``ask``): use it to evaluate big models in
+        chunks or one device's share of the population.
+      estimate: ``estimate(state, fitness) -> (direction, stats)``: the ascent direction the
+        strategy hands its optimizer (a pytree like ``params``), before any optimizer state is
+        touched. ``tell`` is ``estimate`` followed by the update. Fitness is maximised.
+      population_size: the static population size ``P``.
+    """
+
+    init: Callable[[PRNGKey, Params], State]
+    ask: Callable[[PRNGKey, State], tuple[Population, State]]
+    tell: Callable[[State, Fitness], tuple[State, Info]]
+    member: Callable[[State, Any], Params]
+    estimate: Callable[[State, Fitness], tuple[Params, Any]]
+    population_size: int
