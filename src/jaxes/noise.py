@@ -44,8 +44,12 @@ class NoiseSource(NamedTuple):
     name: str
 
 
-def validate_params(params: Params) -> None:
-    """Raises ``ValueError`` unless ``params`` is a non-empty pytree of floating arrays."""
+def check_params(params: Params) -> Params:
+    """``params`` as strongly typed arrays; ``ValueError`` unless a non-empty pytree of floats.
+
+    Weak types are dropped so that the state a strategy returns has the same types as the one
+    it was given, and jitted ``ask``/``tell`` never retrace.
+    """
     leaves = jax.tree.leaves(params)
     if not leaves:
         raise ValueError("params: expected a pytree with at least one array leaf, got an empty one")
@@ -56,6 +60,7 @@ def validate_params(params: Params) -> None:
                 f"params: leaf {jax.tree_util.keystr(path) or '<root>'} has dtype {dtype}; "
                 "evolution strategies perturb floating arrays only (float32, bfloat16, ...)"
             )
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
 
 
 def num_params(params: Params) -> int:
@@ -84,7 +89,10 @@ def gaussian() -> NoiseSource:
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(key, len(leaves))
         return treedef.unflatten(
-            [jax.random.normal(k, jnp.shape(x), jnp.float32) for k, x in zip(keys, leaves)]
+            [
+                jax.random.normal(k, jnp.shape(x), jnp.float32)
+                for k, x in zip(keys, leaves, strict=True)
+            ]
         )
 
     return NoiseSource(init, sample, "gaussian")
@@ -123,7 +131,9 @@ def noise_table(size: int = 2**24) -> NoiseSource:
         flat = jax.lax.dynamic_slice(table, (offset,), (dim,))
         splits = np.cumsum(sizes)[:-1].tolist()
         parts = jnp.split(flat, splits) if splits else [flat]
-        return treedef.unflatten([p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves)])
+        return treedef.unflatten(
+            [p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves, strict=True)]
+        )
 
     return NoiseSource(init, sample, "table")
 
@@ -201,7 +211,7 @@ class Perturbations:
         return jax.tree.map(lambda g: g.reshape((self.population_size,) + g.shape[2:]), groups)
 
     def sums(self, noise_state, key, like: Params, coeffs: jax.Array) -> Params:
-        """``Σ_i coeffs[k, i] s_i ε_{j(i)}`` for each row ``k``: float32 leaves of shape ``(K, ...)``.
+        """``Σ_i coeffs[k, i] s_i ε_{j(i)}`` for each row ``k``: float32 leaves shaped ``(K, ...)``.
 
         Antithetic pairs are folded first (``(c_{2j} - c_{2j+1}) ε_j``), so a coefficient row
         that is constant over the population sums to exactly zero.

@@ -20,16 +20,17 @@ def centered_rank(fitness: jnp.ndarray) -> jnp.ndarray:
     strictly increasing map of fitness leaves them unchanged. Non-finite fitness ranks last.
 
     Example:
-      >>> centered_rank(jnp.array([3.0, -1.0, 10.0, jnp.nan])).tolist()
-      [0.1666666716337204, -0.1666666716337204, 0.5, -0.5]
+      >>> [round(float(w), 4) for w in centered_rank(jnp.array([3.0, -1.0, 10.0, jnp.nan]))]
+      [0.1667, -0.1667, 0.5, -0.5]
     """
     f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(jnp.float32)
     p = f.shape[0]
     ordered = jnp.sort(f)
     low = jnp.searchsorted(ordered, f, side="left")
     high = jnp.searchsorted(ordered, f, side="right") - 1
-    rank = (low + high).astype(jnp.float32) / 2.0
-    return rank / (p - 1) - 0.5
+    # (2·rank - (P-1)) / (2(P-1)) with 2·rank = low + high: integer numerators symmetric about
+    # zero, so the weights are exactly antisymmetric and sum to exactly zero.
+    return (low + high - (p - 1)).astype(jnp.float32) / (2.0 * (p - 1))
 
 
 def _finite_or_worst(fitness: jnp.ndarray) -> jnp.ndarray:
@@ -44,7 +45,7 @@ def z_score(fitness: jnp.ndarray) -> jnp.ndarray:
     worst finite value first.
 
     Example:
-      >>> z_score(jnp.array([1.0, 2.0, 3.0])).round(3).tolist()
+      >>> [round(float(w), 3) for w in z_score(jnp.array([1.0, 2.0, 3.0]))]
       [-1.225, 0.0, 1.225]
     """
     f = _finite_or_worst(fitness)

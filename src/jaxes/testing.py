@@ -151,9 +151,7 @@ def assert_members_rebuilt(strategy: Strategy, params: Params, key: jax.Array) -
     init_key, ask_key = jax.random.split(key)
     state = strategy.init(init_key, params)
     population, state = strategy.ask(ask_key, state)
-    rebuilt = jax.vmap(lambda i: strategy.member(state, i))(
-        jnp.arange(strategy.population_size)
-    )
+    rebuilt = jax.vmap(lambda i: strategy.member(state, i))(jnp.arange(strategy.population_size))
     _close("member(state, i) vs ask's population", rebuilt, population, 0.0, 0.0)
 
 

@@ -60,7 +60,11 @@ def check_batch_size(batch_size) -> int | None:
     """``None`` or an int >= 1."""
     if batch_size is None:
         return None
-    if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 1:
+    if (
+        not isinstance(batch_size, numbers.Integral)
+        or isinstance(batch_size, bool)
+        or batch_size < 1
+    ):
         raise ValueError(f"noise_batch_size: expected None or an int >= 1, got {batch_size!r}")
     return int(batch_size)
 

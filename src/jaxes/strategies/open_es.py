@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid, noise as noise_lib, shaping as shaping_lib
+from jaxes import centroid
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
 from jaxes.strategies import common
 from jaxes.types import Params, Strategy
 
@@ -119,10 +121,12 @@ def open_es(
             f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
         )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
-    perturbations = common.make_perturbations(noise, noise_table_size, p, antithetic, noise_batch_size)
+    perturbations = common.make_perturbations(
+        noise, noise_table_size, p, antithetic, noise_batch_size
+    )
 
     def init(key: jax.Array, params: Params) -> OpenESState:
-        noise_lib.validate_params(params)
+        params = noise_lib.check_params(params)
         table_key, ask_key = jax.random.split(key)
         return OpenESState(
             params=params,

@@ -1,0 +1,209 @@
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import jaxes
+
+P = 8
+PARAMS = {"w": jnp.ones((3, 2)), "nested": {"b": jnp.full(2, 0.5)}}
+
+
+def sphere(params):
+    return -sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(params))
+
+
+ES = jaxes.open_es(P, sigma=0.1, learning_rate=0.05)
+
+
+def generation(state, key):
+    population, state = ES.ask(key, state)
+    return ES.tell(state, jax.vmap(sphere)(population))
+
+
+jit_generation = jax.jit(generation)
+
+
+def run_scan(seed, generations=20):
+    state = ES.init(jax.random.key(seed), PARAMS)
+    keys = jax.random.split(jax.random.key(seed + 1), generations)
+    return jax.lax.scan(generation, state, keys)
+
+
+jit_run_scan = jax.jit(run_scan, static_argnums=1)
+
+
+def assert_trees_equal(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_jit_tell_moves_toward_the_optimum_and_reports_info():
+    state = ES.init(jax.random.key(0), PARAMS)
+    start = float(sphere(state.params))
+    for key in jax.random.split(jax.random.key(1), 30):
+        state, info = jit_generation(state, key)
+    assert float(sphere(state.params)) > 0.5 * start  # fitness is -‖θ‖², maximised
+    assert int(state.generation) == 30
+    assert float(info.centroid_offset_norm) == 0.0  # antithetic: c = θ exactly
+    assert float(info.com_displacement_norm) > 0.0 and float(info.update_norm) > 0.0
+    assert float(info.fitness_min) <= float(info.fitness_mean) <= float(info.fitness_max)
+    assert float(info.sigma) == pytest.approx(0.1)
+    # best_params really scored best_fitness, and no member seen was better than it.
+    assert float(sphere(info.best_params)) == pytest.approx(float(info.best_fitness), rel=1e-6)
+    assert float(info.best_fitness) >= float(info.fitness_max)
+
+
+def test_python_loop_equals_scan_and_same_seed_is_bit_identical():
+    final, infos = jit_run_scan(0)
+    again, _ = jit_run_scan(0)
+    assert_trees_equal(final.params, again.params)
+    state = ES.init(jax.random.key(0), PARAMS)
+    for key in jax.random.split(jax.random.key(1), 20):
+        state, _ = jit_generation(state, key)
+    for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(final.params), strict=True):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
+    other, _ = jit_run_scan(5)
+    assert not np.allclose(other.params["w"], final.params["w"])
+    assert bool(jnp.all(jnp.diff(infos.best_fitness) >= 0))
+
+
+def test_vmap_over_seeds_runs_independent_searches():
+    seeds = jnp.arange(3)
+    finals, infos = jax.jit(jax.vmap(lambda s: run_scan(s, 20)))(seeds)
+    assert finals.params["w"].shape == (3, 3, 2)
+    for i in range(3):
+        single, _ = jit_run_scan(i)
+        np.testing.assert_allclose(finals.params["w"][i], single.params["w"], atol=1e-6)
+    assert infos.fitness_mean.shape == (3, 20)
+
+
+def test_ask_and_tell_trace_once_over_50_generations():
+    es = jaxes.open_es(P, sigma=0.1)
+    ask = jax.jit(chex.assert_max_traces(es.ask, n=1))
+    tell = jax.jit(chex.assert_max_traces(es.tell, n=1))
+    state = es.init(jax.random.key(0), PARAMS)
+    for key in jax.random.split(jax.random.key(1), 50):
+        population, state = ask(key, state)
+        state, _ = tell(state, jax.vmap(sphere)(population))
+    assert int(state.generation) == 50
+
+
+def test_mixed_precision_and_flax_params():
+    model = nn.Dense(3)
+    flax_params = model.init(jax.random.key(0), jnp.ones(4))
+    params = {"net": flax_params, "scale": jnp.ones(2, jnp.bfloat16)}
+    es = jaxes.open_es(4, sigma=0.1)
+    state = es.init(jax.random.key(0), params)
+    population, state = es.ask(jax.random.key(1), state)
+    assert population["scale"].dtype == jnp.bfloat16
+    assert population["net"]["params"]["kernel"].shape == (4, 4, 3)
+    fitness = jax.vmap(lambda p: jnp.sum(model.apply(p["net"], jnp.ones(4))))(population)
+    state, _ = es.tell(state, fitness)
+    assert jax.tree.map(lambda x: x.dtype, state.params) == jax.tree.map(lambda x: x.dtype, params)
+    jaxes.testing.assert_update_matches_classical(
+        es, params, lambda p: sphere(p), jax.random.key(2)
+    )
+
+
+def test_all_equal_fitness_leaves_params_unchanged():
+    state = ES.init(jax.random.key(0), PARAMS)
+    _, state = ES.ask(jax.random.key(1), state)
+    direction, stats = ES.estimate(state, jnp.full(P, 3.0))
+    assert float(stats.total_mass) == 0.0
+    assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(direction))
+    new_state, _ = ES.tell(state, jnp.full(P, 3.0))
+    assert_trees_equal(new_state.params, state.params)
+
+
+def test_non_finite_fitness_never_reaches_params():
+    state = ES.init(jax.random.key(0), PARAMS)
+    population, state = ES.ask(jax.random.key(1), state)
+    fitness = (
+        jax.vmap(sphere)(population)
+        .at[jnp.array([0, 3, 5])]
+        .set(jnp.array([jnp.nan, jnp.inf, -jnp.inf]))
+    )
+    new_state, info = ES.tell(state, fitness)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new_state.params))
+    assert np.isfinite(float(info.fitness_mean))
+    # +inf is treated as a failure, not as the best member.
+    assert float(info.best_fitness) < np.inf
+    all_bad, info = ES.tell(state, jnp.full(P, jnp.nan))
+    assert_trees_equal(all_bad.params, state.params)
+
+
+def test_l2_coefficient_shrinks_params():
+    es = jaxes.open_es(P, sigma=0.1, optimizer=optax.sgd(0.1), l2_coeff=0.5)
+    state = es.init(jax.random.key(0), PARAMS)
+    _, state = es.ask(jax.random.key(1), state)
+    new_state, _ = es.tell(state, jnp.zeros(P))  # no signal: only the penalty acts
+    np.testing.assert_allclose(new_state.params["w"], 0.95 * PARAMS["w"], rtol=1e-6)
+
+
+def test_sigma_schedule_with_floor():
+    schedule = optax.exponential_decay(0.2, transition_steps=1, decay_rate=0.5)
+    es = jaxes.open_es(4, sigma=schedule, sigma_floor=0.04)
+    state = es.init(jax.random.key(0), jnp.zeros(3))
+    sigmas = []
+    for key in jax.random.split(jax.random.key(1), 4):
+        _, state = es.ask(key, state)
+        state, info = es.tell(state, jnp.arange(4.0))
+        sigmas.append(float(info.sigma))
+    np.testing.assert_allclose(sigmas, [0.2, 0.1, 0.05, 0.04], rtol=1e-6)
+
+
+def test_memory_lean_evaluation_matches_ask():
+    es = jaxes.open_es(P, sigma=0.1, learning_rate=0.05, noise_batch_size=3)
+
+    @jax.jit
+    def lean(state, key):
+        _, state = es.ask(key, state)
+        fitness = jax.lax.map(lambda i: sphere(es.member(state, i)), jnp.arange(P), batch_size=2)
+        return es.tell(state, fitness)
+
+    state = es.init(jax.random.key(0), PARAMS)
+    a, _ = lean(state, jax.random.key(1))
+    population, s2 = ES.ask(jax.random.key(1), state)
+    ref, _ = ES.tell(s2, jax.vmap(sphere)(population))
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(ref.params), strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"population_size": 7}, r"population_size.*even.*got 7.*6 or 8"),
+        ({"population_size": 1, "antithetic": False}, r"population_size.*>= 2"),
+        ({"population_size": 8.0}, r"population_size.*int"),
+        ({"population_size": 8, "sigma": 0.0}, r"sigma.*> 0.*0.0"),
+        ({"population_size": 8, "sigma": -1.0}, r"sigma.*> 0"),
+        ({"population_size": 8, "sigma": float("nan")}, r"sigma"),
+        ({"population_size": 8, "learning_rate": 0}, r"learning_rate.*> 0"),
+        ({"population_size": 8, "l2_coeff": -0.1}, r"l2_coeff.*>= 0"),
+        ({"population_size": 8, "noise": "uniform"}, r"noise.*gaussian.*table"),
+        ({"population_size": 8, "noise_batch_size": 0}, r"noise_batch_size"),
+        ({"population_size": 8, "optimizer": "adam"}, r"optimizer.*GradientTransformation"),
+        ({"population_size": 8, "fitness_shaping": "ranks"}, r"fitness_shaping"),
+    ],
+)
+def test_bad_settings_fail_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        jaxes.open_es(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "fitness, match",
+    [
+        (jnp.zeros(P - 1), r"fitness.*\(8,\).*\(7,\)"),
+        (jnp.zeros((P, 1)), r"fitness.*\(8,\).*\(8, 1\)"),
+        (jnp.zeros(P, jnp.int32), r"fitness.*floating.*int32"),
+    ],
+)
+def test_bad_fitness_fails_at_trace_time(fitness, match):
+    state = ES.init(jax.random.key(0), PARAMS)
+    with pytest.raises(ValueError, match=match):
+        jax.jit(ES.tell)(state, fitness)

@@ -1,0 +1,77 @@
+"""jaxes.testing passes on correct strategies and catches broken ones."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxes
+from jaxes import testing
+
+PARAMS = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+
+
+def fitness(p):
+    return -jnp.sum(p["w"] ** 2) - jnp.sum((p["b"] - 1.0) ** 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"noise": "table", "noise_table_size": 1000, "noise_batch_size": 3},
+        {"antithetic": False, "population_size": 9, "fitness_shaping": "z_score"},
+    ],
+)
+def test_assertions_hold_for_open_es(kwargs):
+    es = jaxes.open_es(**{"population_size": 8, "sigma": 0.05, **kwargs})
+    key = jax.random.key(0)
+    testing.assert_update_matches_classical(es, PARAMS, fitness, key)
+    testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, key)
+    testing.assert_members_rebuilt(es, PARAMS, key)
+    if es.population_size % 2 == 0:
+        testing.assert_antithetic_centroid_on_model(es, PARAMS, fitness, key)
+
+
+def test_rank_shaping_is_invariant_under_monotone_maps():
+    testing.assert_monotone_invariant(jaxes.open_es(8, 0.05), PARAMS, fitness, jax.random.key(0))
+
+
+def test_raw_shaping_skips_the_scale_check():
+    es = jaxes.open_es(8, 0.05, fitness_shaping="raw")
+    testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, jax.random.key(0), scale=None)
+    with pytest.raises(AssertionError, match="7.0 \\* F"):
+        testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, jax.random.key(0))
+
+
+def broken(es, scale=1.0, key_offset=0):
+    """A strategy whose tell is off: a wrong step size or noise from the wrong key."""
+
+    def estimate(state, f):
+        direction, stats = es.estimate(
+            state._replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
+            f,
+        )
+        return jax.tree.map(lambda g: scale * g, direction), stats
+
+    def member(state, i):
+        return es.member(
+            state._replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
+            i,
+        )
+
+    return es._replace(estimate=estimate, member=member)
+
+
+def test_assertions_catch_broken_strategies():
+    es = jaxes.open_es(8, 0.05)
+    key = jax.random.key(0)
+    with pytest.raises(AssertionError, match="classical"):
+        testing.assert_update_matches_classical(broken(es, scale=1.01), PARAMS, fitness, key)
+    with pytest.raises(AssertionError, match="classical"):
+        testing.assert_update_matches_classical(broken(es, key_offset=1), PARAMS, fitness, key)
+    with pytest.raises(AssertionError, match="member"):
+        testing.assert_members_rebuilt(broken(es, key_offset=1), PARAMS, key)
+    with pytest.raises(AssertionError, match="centroid"):
+        testing.assert_antithetic_centroid_on_model(
+            jaxes.open_es(8, 0.05, antithetic=False), PARAMS, fitness, key
+        )
