@@ -45,8 +45,10 @@ def main() -> None:
     start = time.perf_counter()
     state, curve = run(generations)
     final = float(sphere(state.params))
-    print(f"sphere d=100: fitness {float(curve[0]):.2f} -> {final:.4f} after {generations} "
-          f"generations of P=64 ({time.perf_counter() - start:.1f} s incl. compile)")
+    print(
+        f"sphere d=100: fitness {float(curve[0]):.2f} -> {final:.4f} after {generations} "
+        f"generations of P=64 ({time.perf_counter() - start:.1f} s incl. compile)"
+    )
 
 
 if __name__ == "__main__":
