@@ -20,7 +20,7 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/jaxes train
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q

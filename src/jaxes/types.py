@@ -43,3 +43,21 @@ class Strategy(NamedTuple):
     member: Callable[[State, Any], Params]
     estimate: Callable[[State, Fitness], tuple[Params, Any]]
     population_size: int
+
+
+class Task(NamedTuple):
+    """A fitness source as pure functions, in the same style as ``Strategy``.
+
+    Attributes:
+      init: ``init(key) -> task_state`` (e.g. observation statistics; ``None`` if stateless).
+      evaluate: ``evaluate(key, population, task_state) -> (fitness, task_state, info)``;
+        fitness has shape ``(P,)`` and is maximised.
+      evaluate_policy: ``evaluate_policy(key, params, task_state) -> returns``: the noise-free
+        score of one parameter set (the centre), over the task's evaluation episodes.
+      init_params: ``init_params(key) -> params``, a starting point for the search.
+    """
+
+    init: Callable[[PRNGKey], Any]
+    evaluate: Callable[[PRNGKey, Population, Any], tuple[Fitness, Any, Any]]
+    evaluate_policy: Callable[[PRNGKey, Params, Any], jax.Array]
+    init_params: Callable[[PRNGKey], Params]

@@ -1,0 +1,219 @@
+"""The ``jaxes`` command: train, eval, render and envs.
+
+Errors print one line (``jaxes: error: ...``) and exit with status 2; no traceback, and nothing
+already written is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import warnings
+
+from jaxes.train import TrainConfig
+
+DEFAULTS = TrainConfig()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        raise SystemExit(_fail(f"{message} (see `{self.prog} --help`)"))
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"jaxes: error: {message}\n")
+    return 2
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive ints like 32,32, got {text!r}")
+    return sizes
+
+
+# (flag, config field, type, help)
+TRAIN_FLAGS = [
+    ("--env", "env", str, "Brax environment (see `jaxes envs`)"),
+    ("--backend", "backend", str, "physics backend: generalized, positional, spring or mjx"),
+    ("--episode-length", "episode_length", int, "steps per episode"),
+    ("--strategy", "strategy", str, "evolution strategy"),
+    ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
+    ("--sigma", "sigma", float, "perturbation scale σ"),
+    ("--learning-rate", "learning_rate", float, "Adam learning rate"),
+    ("--generations", "generations", int, "generations to run (in total, when resuming)"),
+    ("--seed", "seed", int, "random seed; the same seed gives the same run"),
+    ("--policy", "policy", str, "linear or mlp"),
+    ("--hidden-sizes", "hidden_sizes", _int_list, "MLP hidden widths, e.g. 32,32"),
+    ("--episodes-per-member", "episodes_per_member", int, "episodes averaged per member"),
+    ("--eval-every", "eval_every", int, "generations per fused block and between evaluations"),
+    ("--eval-episodes", "eval_episodes", int, "episodes of each noise-free evaluation"),
+    ("--checkpoint-every", "checkpoint_every", int, "generations between checkpoints"),
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="jaxes",
+        description="JAX-native evolution strategies on Brax physics.",
+        epilog="Run `jaxes COMMAND --help` for each command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser(
+        "train",
+        help="train a policy with ES",
+        description="Train a Brax policy with an evolution strategy. Writes config.json, "
+        "metrics.jsonl, checkpoints/ and learning_curve.png into --out.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for flag, field, kind, text in TRAIN_FLAGS:
+        train.add_argument(
+            flag,
+            dest=field,
+            type=kind,
+            default=None,
+            help=f"{text} (default: {getattr(DEFAULTS, field)})",
+        )
+    train.add_argument(
+        "--out",
+        default=None,
+        help="run directory (default: runs/ENV-DATE-TIME); must be new or empty",
+    )
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
+    )
+
+    ev = sub.add_parser(
+        "eval",
+        help="noise-free evaluation of a run's policy",
+        description="Evaluate the newest checkpointed centre policy of a run.",
+    )
+    ev.add_argument("run_dir", help="a directory written by `jaxes train`")
+    ev.add_argument("--episodes", type=int, default=16, help="episodes to average (default 16)")
+    ev.add_argument("--seed", type=int, default=0, help="seed for the start states (default 0)")
+
+    render = sub.add_parser(
+        "render",
+        help="write an HTML replay of a run's policy",
+        description="Roll out the newest checkpointed policy once and write "
+        "RUN_DIR/replay.html, which any browser opens.",
+    )
+    render.add_argument("run_dir", help="a directory written by `jaxes train`")
+    render.add_argument("--seed", type=int, default=0, help="seed of the start state (default 0)")
+
+    sub.add_parser(
+        "envs",
+        help="list the Brax environments",
+        description="List the environment names `jaxes train --env` accepts.",
+    )
+    return parser
+
+
+def _train(args) -> int:
+    from jaxes import train
+
+    given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
+    if args.resume:
+        if args.out is None:
+            return _fail("--resume needs --out RUN_DIR, the run to continue")
+        train.prepare_run_dir(args.out, resume=True)
+        with open(os.path.join(args.out, "config.json")) as f:
+            saved = json.load(f)
+        for field, value in given.items():
+            old = tuple(saved[field]) if field == "hidden_sizes" else saved[field]
+            if field != "generations" and value != old:
+                return _fail(
+                    f"--resume: {field}={value!r} differs from the run's {old!r}; "
+                    "only --generations may change"
+                )
+        config = TrainConfig.from_dict({**saved, **given})
+    else:
+        config = dataclasses.replace(DEFAULTS, **given)
+    out = args.out or os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    summary = train.run(config, out, resume=args.resume)
+    print(
+        f"done: noise-free eval return {summary['final_eval_return']:.1f} after "
+        f"{summary['generations']} generations ({summary['seconds']} s)."
+    )
+    print(
+        f"files: {summary['run_dir']}/ (config.json, metrics.jsonl, checkpoints/"
+        + (", learning_curve.png)" if summary.get("plot") else ")")
+    )
+    return 0
+
+
+def _eval(args) -> int:
+    import jax
+    import numpy as np
+
+    from jaxes import train
+
+    if args.episodes < 1:
+        return _fail(f"--episodes: expected an int >= 1, got {args.episodes}")
+    config, _, task, step, state = train.load_run(args.run_dir)
+    config = dataclasses.replace(config, eval_episodes=args.episodes)
+    _, task = train.build(config)
+    returns = np.asarray(
+        jax.jit(task.evaluate_policy)(
+            jax.random.key(args.seed), train.centre_params(state.strategy_state), state.task_state
+        )
+    )
+    print(
+        f"{config.env}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
+        f"over {args.episodes} episodes"
+    )
+    return 0
+
+
+def _render(args) -> int:
+    from jaxes import render, train
+
+    config, _, task, step, state = train.load_run(args.run_dir)
+    path = os.path.join(args.run_dir, "replay.html")
+    ret, steps = render.write_replay(task, config, state, path, args.seed)
+    print(f"wrote {path}: generation {step}, {steps} steps, return {ret:.1f}")
+    return 0
+
+
+def _envs(args) -> int:
+    from jaxes.tasks.brax import env_names
+
+    print("\n".join(env_names()))
+    return 0
+
+
+COMMANDS = {"train": _train, "eval": _eval, "render": _render, "envs": _envs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jaxes`` command."""
+    args = _parser().parse_args(argv)
+    import jax
+
+    from jaxes.checkpoint import CheckpointError
+
+    # Compiled programs persist between runs, so a second `jaxes train` skips most compiles.
+    jax.config.update(
+        "jax_compilation_cache_dir",
+        os.environ.get("JAXES_CACHE_DIR", os.path.expanduser("~/.cache/jaxes/xla")),
+    )
+
+    warnings.filterwarnings("ignore")  # brax's maintenance notice and friends
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, CheckpointError, OSError) as err:
+        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    except KeyboardInterrupt:
+        return _fail("interrupted; continue with `jaxes train --out RUN_DIR --resume`")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

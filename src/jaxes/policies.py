@@ -1,0 +1,73 @@
+"""Deterministic flax policies whose actions lie in the environment's action range."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu}
+
+
+class Policy(NamedTuple):
+    """``init(key) -> params`` and ``apply(params, obs) -> action`` for one observation."""
+
+    init: Callable[[jax.Array], dict]
+    apply: Callable[[dict, jax.Array], jax.Array]
+
+
+class _MLP(nn.Module):
+    hidden_sizes: Sequence[int]
+    action_size: int
+    activation: Callable
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for size in self.hidden_sizes:
+            x = self.activation(nn.Dense(size)(x))
+        # Zero-initialised output: the first population is centred on "do nothing".
+        return nn.tanh(nn.Dense(self.action_size, kernel_init=nn.initializers.zeros)(x))
+
+
+def mlp(
+    obs_size: int,
+    action_size: int,
+    hidden_sizes: Sequence[int] = (32, 32),
+    activation: str = "tanh",
+    action_low=-1.0,
+    action_high=1.0,
+) -> Policy:
+    """An MLP whose tanh output is scaled from [-1, 1] to ``[action_low, action_high]``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> pol = mlp(4, 1, (8,), action_low=-3.0, action_high=3.0)
+      >>> params = pol.init(jax.random.key(0))
+      >>> pol.apply(params, jnp.ones(4)).shape
+      (1,)
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: unknown {activation!r}; allowed: {sorted(ACTIVATIONS)}")
+    if any(int(h) < 1 for h in hidden_sizes):
+        raise ValueError(f"hidden_sizes: expected positive ints, got {tuple(hidden_sizes)}")
+    module = _MLP(tuple(int(h) for h in hidden_sizes), action_size, ACTIVATIONS[activation])
+    low = jnp.broadcast_to(jnp.asarray(action_low, jnp.float32), (action_size,))
+    high = jnp.broadcast_to(jnp.asarray(action_high, jnp.float32), (action_size,))
+
+    def init(key):
+        return module.init(key, jnp.zeros(obs_size))
+
+    def apply(params, obs):
+        unit = module.apply(params, obs)
+        return low + (unit + 1.0) * 0.5 * (high - low)
+
+    return Policy(init, apply)
+
+
+def linear(obs_size: int, action_size: int, action_low=-1.0, action_high=1.0) -> Policy:
+    """A linear map of the observation, tanh-bounded to the action range (no hidden layer)."""
+    return mlp(obs_size, action_size, (), "tanh", action_low, action_high)

@@ -1,0 +1,48 @@
+"""An HTML replay of one episode of a run's centre policy (Brax's three.js viewer)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import jax
+
+from jaxes import running_stats
+
+
+def rollout_states(task, config, state, seed: int = 0):
+    """Pipeline states of one noise-free episode (until done or ``episode_length``)."""
+    env, policy = task.env, task.policy
+    params = state.strategy_state.params
+    stats = state.task_state.obs_stats
+
+    def act(env_state):
+        obs = env_state.obs
+        if config.normalize_observations:
+            obs = running_stats.normalize(stats, obs)
+        return env.step(env_state, policy.apply(params, obs))
+
+    step = jax.jit(act)
+    env_state = jax.jit(env.reset)(jax.random.key(seed))
+    states, total = [env_state.pipeline_state], 0.0
+    for _ in range(config.episode_length):
+        env_state = step(env_state)
+        states.append(env_state.pipeline_state)
+        total += float(env_state.reward)
+        if float(env_state.done) > 0:
+            break
+    return states, total
+
+
+def write_replay(task, config, state, path: str, seed: int = 0) -> tuple[float, int]:
+    """Writes the replay to ``path``; returns the episode's return and length."""
+    states, total = rollout_states(task, config, state, seed)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from brax.io import html
+
+        page = html.render(task.env.sys.tree_replace({"opt.timestep": task.env.dt}), states)
+    with open(path, "w") as f:
+        f.write(page)
+    return total, len(states) - 1

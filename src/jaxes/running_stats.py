@@ -1,0 +1,87 @@
+"""Mergeable running mean and variance, for observation normalisation.
+
+A batch is summarised as sums of moments about the current running mean ``(k, s1, s2)``.
+Sums add, so batches from many devices merge with one ``psum`` and every device ends with the
+same statistics. Merging uses ``m2' = m2 + s2 - s1²/n'`` (Chan et al.), stable because the
+shift is the running mean itself.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class RunningStats(NamedTuple):
+    """Count, mean and sum of squared deviations (``m2``) of everything seen so far.
+
+    ``count`` is float32: past about 1.6e7 samples increments round, which only shifts how much
+    a new batch weighs, never the mean of a single batch.
+    """
+
+    count: jax.Array
+    mean: jax.Array
+    m2: jax.Array
+
+
+class BatchMoments(NamedTuple):
+    """Sums over one batch about a shift (the running mean): ``k``, ``Σ(x-μ)``, ``Σ(x-μ)²``."""
+
+    count: jax.Array
+    s1: jax.Array
+    s2: jax.Array
+
+
+def init(size: int) -> RunningStats:
+    """Empty statistics for vectors of length ``size``."""
+    return RunningStats(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
+
+
+def batch_moments(stats: RunningStats, x: jax.Array, mask: jax.Array) -> BatchMoments:
+    """Moments of the rows of ``x`` (``(..., size)``) where ``mask`` (``(...)``) is true."""
+    w = mask.astype(jnp.float32)[..., None]
+    d = jnp.where(w > 0, x - stats.mean, 0.0)
+    axes = tuple(range(x.ndim - 1))
+    return BatchMoments(jnp.sum(w), jnp.sum(w * d, axes), jnp.sum(w * d * d, axes))
+
+
+def add_moments(a: BatchMoments, b: BatchMoments) -> BatchMoments:
+    """Two batches taken about the same shift, as one."""
+    return jax.tree.map(jnp.add, a, b)
+
+
+def zero_moments(size: int) -> BatchMoments:
+    """Moments of an empty batch."""
+    return BatchMoments(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
+
+
+def merge(stats: RunningStats, batch: BatchMoments) -> RunningStats:
+    """Statistics of everything in ``stats`` and in ``batch`` (taken about ``stats.mean``)."""
+    count = stats.count + batch.count
+    safe = jnp.maximum(count, 1.0)
+    return RunningStats(
+        count=count,
+        mean=stats.mean + batch.s1 / safe,
+        m2=jnp.maximum(stats.m2 + batch.s2 - batch.s1**2 / safe, 0.0),
+    )
+
+
+def variance(stats: RunningStats) -> jax.Array:
+    """Population variance (ones until two samples have been seen)."""
+    return jnp.where(stats.count > 1, stats.m2 / jnp.maximum(stats.count, 1.0), 1.0)
+
+
+def normalize(
+    stats: RunningStats, x: jax.Array, std_min: float = 1e-3, clip: float = 10.0
+) -> jax.Array:
+    """``(x - mean) / std``, with std floored at ``std_min`` and the result clipped to ±clip.
+
+    Example:
+      >>> s = merge(init(1), batch_moments(init(1), jnp.array([[1.0], [3.0]]), jnp.ones(2)))
+      >>> normalize(s, jnp.array([3.0])).tolist()
+      [1.0]
+    """
+    std = jnp.maximum(jnp.sqrt(variance(stats)), std_min)
+    return jnp.clip((x - stats.mean) / std, -clip, clip)

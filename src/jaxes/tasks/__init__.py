@@ -1,0 +1,1 @@
+"""Fitness sources: each factory returns a ``jaxes.types.Task``."""

@@ -1,0 +1,242 @@
+"""Brax physics as a fitness source: population in, episode returns out.
+
+Members are ``vmap``-ed, and so are several episodes per member; time runs in ``lax.scan``
+chunks inside a ``lax.while_loop`` that stops as soon as every episode in the batch is over,
+so a population that falls over early costs only the steps it lived (``info.env_steps``).
+Rewards after ``done`` are masked out. A member whose physics turns non-finite gets a NaN
+return, which every fitness shaping ranks worst.
+
+Observations are normalised with running statistics kept in the task state. They are frozen
+during a generation (every member sees the same normalisation) and then merged with the
+moments of every observation an alive episode saw; ``axis_name`` merges them across devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxes import policies, running_stats
+
+BACKENDS = ("generalized", "positional", "spring", "mjx")
+
+
+def load_env(env_name: str, backend: str = "spring"):
+    """``brax.envs.get_environment`` with its import chatter silenced and inputs checked."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from brax import envs
+
+        names = sorted(envs._envs)
+        if env_name not in names:
+            raise ValueError(f"env: unknown environment {env_name!r}; valid names: {names}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: unknown {backend!r}; allowed: {list(BACKENDS)}")
+        return envs.get_environment(env_name, backend=backend)
+
+
+def env_names() -> list[str]:
+    """Every environment name Brax knows."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from brax import envs
+
+        return sorted(envs._envs)
+
+
+class BraxTaskState(NamedTuple):
+    """Observation statistics, merged over every generation's alive steps."""
+
+    obs_stats: running_stats.RunningStats
+
+
+class RolloutInfo(NamedTuple):
+    """What one evaluation cost and saw.
+
+    Attributes:
+      env_steps: environment steps simulated (the whole batch, every chunk that ran).
+      alive_steps: steps that counted (inside an episode that had not ended); divided by
+        ``episodes`` it is the mean episode length.
+      episodes: episodes played.
+    """
+
+    env_steps: jax.Array
+    alive_steps: jax.Array
+    episodes: jax.Array
+
+
+class BraxTask(NamedTuple):
+    """A ``jaxes.types.Task`` that also exposes its Brax ``env`` and ``policy``."""
+
+    init: Callable
+    evaluate: Callable
+    evaluate_policy: Callable
+    init_params: Callable
+    env: Any
+    policy: policies.Policy
+
+
+class _Carry(NamedTuple):
+    env_state: object
+    t: jax.Array
+    returns: jax.Array
+    lengths: jax.Array
+    alive: jax.Array
+    moments: running_stats.BatchMoments
+    chunks: jax.Array
+
+
+def brax_task(
+    env_name: str = "inverted_pendulum",
+    backend: str = "spring",
+    episode_length: int = 1000,
+    policy: policies.Policy | str = "mlp",
+    hidden_sizes: tuple[int, ...] = (32, 32),
+    episodes_per_member: int = 1,
+    eval_episodes: int = 8,
+    chunk_length: int = 50,
+    normalize_observations: bool = True,
+) -> BraxTask:
+    """Rolls out a population of policies on a Brax environment.
+
+    Args:
+      env_name: any name from ``brax.envs`` (see ``env_names()``).
+      backend: ``"generalized"``, ``"positional"``, ``"spring"`` or ``"mjx"``.
+      episode_length: steps per episode (>= 1); episodes also end at ``done``.
+      policy: ``"mlp"`` (tanh MLP with ``hidden_sizes``), ``"linear"``, or any
+        ``jaxes.policies.Policy``; the named ones act within the actuators' control range.
+      hidden_sizes: hidden layer widths of the ``"mlp"`` policy.
+      episodes_per_member: episodes averaged into each member's fitness. Every member plays
+        the same start states (common random numbers), so ranks compare like with like.
+      eval_episodes: episodes ``evaluate_policy`` averages over.
+      chunk_length: steps per ``lax.scan`` chunk between early-exit checks.
+      normalize_observations: feed the policy ``(obs - mean)/std`` from running statistics.
+
+    Returns:
+      A ``Task``; ``evaluate(key, population, state, axis_name=None)`` returns the mean
+      episode return per member (maximised), the new state and a ``RolloutInfo``.
+
+    Example:
+      >>> import jax
+      >>> task = brax_task("inverted_pendulum", episode_length=20)
+      >>> params = task.init_params(jax.random.key(0))
+      >>> returns = task.evaluate_policy(jax.random.key(1), params, task.init(jax.random.key(2)))
+      >>> returns.shape
+      (8,)
+    """
+    for name, value in (
+        ("episode_length", episode_length),
+        ("episodes_per_member", episodes_per_member),
+        ("eval_episodes", eval_episodes),
+        ("chunk_length", chunk_length),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+    env = load_env(env_name, backend)
+    if policy == "mlp":
+        policy = policies.mlp(
+            env.observation_size, env.action_size, hidden_sizes, **action_range(env)
+        )
+    elif policy == "linear":
+        policy = policies.linear(env.observation_size, env.action_size, **action_range(env))
+    elif not isinstance(policy, policies.Policy):
+        raise ValueError(f"policy: expected 'mlp', 'linear' or a Policy, got {policy!r}")
+    chunk = min(chunk_length, episode_length)
+    obs_size = env.observation_size
+
+    def init(key):
+        del key
+        return BraxTaskState(running_stats.init(obs_size))
+
+    def init_params(key):
+        return policy.init(key)
+
+    def rollout(params, reset_keys, stats):
+        """Returns, lengths, observation moments and chunk count of a (P, E) batch."""
+        num_members = jax.tree.leaves(params)[0].shape[0]
+        starts = jax.vmap(env.reset)(reset_keys)
+        starts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_members,) + x.shape), starts)
+        shape = (num_members, reset_keys.shape[0])
+
+        def act(member_params, state):
+            obs = running_stats.normalize(stats, state.obs) if normalize_observations else state.obs
+            return env.step(state, policy.apply(member_params, obs))
+
+        step_batch = jax.vmap(jax.vmap(act, in_axes=(None, 0)), in_axes=(0, 0))
+
+        def one_step(c: _Carry, _):
+            active = c.alive & (c.t < episode_length)
+            moments = running_stats.add_moments(
+                c.moments, running_stats.batch_moments(stats, c.env_state.obs, active)
+            )
+            nxt = step_batch(params, c.env_state)
+            broken = ~(jnp.isfinite(nxt.reward) & jnp.all(jnp.isfinite(nxt.obs), axis=-1))
+            returns = c.returns + jnp.where(active, nxt.reward, 0.0)
+            returns = jnp.where(active & broken, jnp.nan, returns)
+            ended = (nxt.done > 0) | broken
+            return c._replace(
+                env_state=nxt,
+                t=c.t + 1,
+                returns=returns,
+                lengths=c.lengths + active,
+                alive=c.alive & ~(active & ended),
+                moments=moments,
+            ), None
+
+        def run_chunk(c: _Carry):
+            c, _ = jax.lax.scan(one_step, c, None, length=chunk)
+            return c._replace(chunks=c.chunks + 1)
+
+        def keep_going(c: _Carry):
+            return (c.t < episode_length) & jnp.any(c.alive)
+
+        carry = _Carry(
+            env_state=starts,
+            t=jnp.zeros((), jnp.int32),
+            returns=jnp.zeros(shape, jnp.float32),
+            lengths=jnp.zeros(shape, jnp.int32),
+            alive=jnp.ones(shape, bool),
+            moments=running_stats.zero_moments(obs_size),
+            chunks=jnp.zeros((), jnp.int32),
+        )
+        out = jax.lax.while_loop(keep_going, run_chunk, carry)
+        return out.returns, out.lengths, out.moments, out.chunks
+
+    def evaluate(key, population, task_state: BraxTaskState, axis_name=None):
+        reset_keys = jax.random.split(key, episodes_per_member)
+        returns, lengths, moments, chunks = rollout(population, reset_keys, task_state.obs_stats)
+        info = RolloutInfo(
+            env_steps=chunks * chunk * lengths.size,
+            alive_steps=jnp.sum(lengths),
+            episodes=jnp.int32(lengths.size),
+        )
+        if axis_name is not None:
+            moments, info = jax.lax.psum((moments, info), axis_name)
+        stats = task_state.obs_stats
+        if normalize_observations:
+            stats = running_stats.merge(stats, moments)
+        return jnp.mean(returns, axis=1), BraxTaskState(stats), info
+
+    def evaluate_policy(key, params, task_state: BraxTaskState):
+        single = jax.tree.map(lambda x: x[None], params)
+        returns, _, _, _ = rollout(
+            single, jax.random.split(key, eval_episodes), task_state.obs_stats
+        )
+        return returns[0]
+
+    return BraxTask(init, evaluate, evaluate_policy, init_params, env, policy)
+
+
+def action_range(env) -> dict:
+    """``action_low``/``action_high`` from the actuators' control range, [-1, 1] if unbounded."""
+    ctrl = jnp.asarray(env.sys.actuator.ctrl_range, jnp.float32)
+    bounded = jnp.all(jnp.isfinite(ctrl)) and bool(jnp.all(ctrl[:, 1] > ctrl[:, 0]))
+    if not bounded or ctrl.shape[0] != env.action_size:
+        return {"action_low": -1.0, "action_high": 1.0}
+    return {"action_low": ctrl[:, 0], "action_high": ctrl[:, 1]}

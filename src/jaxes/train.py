@@ -1,0 +1,359 @@
+"""Training: one pure generation step, and a runner that fuses many of them per dispatch.
+
+``generation_step`` is ask → evaluate → tell as a pure function of a ``TrainState``; users can
+put it in their own ``jit``/``scan``. ``run`` is the loop behind ``jaxes train``: it compiles
+one block of ``eval_every`` generations fused with ``lax.scan`` plus a noise-free evaluation of
+the centre policy, appends a line per generation to ``metrics.jsonl``, shows progress, and
+checkpoints the whole state so a stopped run resumes bit-identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, TextIO
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxes.strategies import open_es
+from jaxes.tasks import brax as brax_tasks
+from jaxes.types import Strategy, Task
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {"open_es": open_es}
+POLICIES = ("linear", "mlp")
+
+
+class ConfigError(ValueError):
+    """A training setting is invalid; the message names it and what is allowed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Every setting of a run; saved as ``config.json`` in the run directory."""
+
+    env: str = "inverted_pendulum"
+    backend: str = "spring"
+    episode_length: int = 1000
+    strategy: str = "open_es"
+    population_size: int = 32
+    sigma: float = 0.05
+    learning_rate: float = 0.03
+    generations: int = 60
+    seed: int = 0
+    policy: str = "linear"
+    hidden_sizes: tuple[int, ...] = (32, 32)
+    episodes_per_member: int = 1
+    eval_every: int = 5
+    eval_episodes: int = 8
+    checkpoint_every: int = 10
+    normalize_observations: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for name in (
+            "episode_length",
+            "population_size",
+            "generations",
+            "episodes_per_member",
+            "eval_every",
+            "eval_episodes",
+            "checkpoint_every",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(POLICIES)}")
+        if self.backend not in brax_tasks.BACKENDS:
+            raise ConfigError(
+                f"backend: unknown {self.backend!r}; allowed: {list(brax_tasks.BACKENDS)}"
+            )
+        if self.checkpoint_every % self.eval_every:
+            raise ConfigError(
+                f"checkpoint_every: must be a multiple of eval_every ({self.eval_every}), "
+                f"got {self.checkpoint_every}"
+            )
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"config: unknown settings {unknown}")
+        return cls(**data)
+
+
+class TrainState(NamedTuple):
+    """Everything a run carries from one generation to the next."""
+
+    strategy_state: Any
+    task_state: Any
+    key: jax.Array
+    generation: jax.Array
+
+
+def build(config: TrainConfig) -> tuple[Strategy, Task]:
+    """The strategy and the Brax task a config describes (errors name the bad setting)."""
+    task = brax_tasks.brax_task(
+        config.env,
+        config.backend,
+        config.episode_length,
+        config.policy,
+        config.hidden_sizes,
+        episodes_per_member=config.episodes_per_member,
+        eval_episodes=config.eval_episodes,
+        normalize_observations=config.normalize_observations,
+    )
+    strategy = STRATEGIES[config.strategy](
+        config.population_size, config.sigma, learning_rate=config.learning_rate
+    )
+    return strategy, task
+
+
+def init_state(strategy: Strategy, task: Task, seed: int) -> TrainState:
+    """A fresh run: policy params from the task, strategy and task states, the run key."""
+    params_key, strategy_key, task_key, run_key = jax.random.split(_train_root(seed), 4)
+    return TrainState(
+        strategy_state=strategy.init(strategy_key, task.init_params(params_key)),
+        task_state=task.init(task_key),
+        key=run_key,
+        generation=jnp.zeros((), jnp.int32),
+    )
+
+
+def _train_root(seed: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(seed), 0)
+
+
+def _eval_key(seed: int, generation: int) -> jax.Array:
+    # A stream apart from training's, so evaluating never changes what training does.
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 1), generation)
+
+
+def generation_step(strategy: Strategy, task: Task):
+    """``step(train_state) -> (train_state, metrics)``: one ask → evaluate → tell, pure."""
+
+    def step(ts: TrainState):
+        key, ask_key, eval_key = jax.random.split(ts.key, 3)
+        population, strategy_state = strategy.ask(ask_key, ts.strategy_state)
+        fitness, task_state, rollout = task.evaluate(eval_key, population, ts.task_state)
+        strategy_state, info = strategy.tell(strategy_state, fitness)
+        metrics = {
+            k: v for k, v in info._asdict().items() if isinstance(v, jax.Array) and v.ndim == 0
+        }
+        metrics.update(rollout._asdict())
+        return TrainState(strategy_state, task_state, key, ts.generation + 1), metrics
+
+    return step
+
+
+def block_runner(strategy: Strategy, task: Task, length: int):
+    """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``."""
+    step = generation_step(strategy, task)
+
+    def block(ts: TrainState, eval_key):
+        ts, metrics = jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
+        centre = centre_params(ts.strategy_state)
+        return ts, metrics, task.evaluate_policy(eval_key, centre, ts.task_state)
+
+    return jax.jit(block)
+
+
+def centre_params(strategy_state) -> Any:
+    """The strategy's current centre (what is evaluated without noise)."""
+    return strategy_state.params
+
+
+class RunDirError(ValueError):
+    """The output directory cannot be used as asked."""
+
+
+def prepare_run_dir(out: str, resume: bool) -> None:
+    """Refuses to overwrite: a new run needs an absent or empty directory; resume needs a run."""
+    if resume:
+        if not os.path.isfile(os.path.join(out, "config.json")):
+            raise RunDirError(f"--resume: {out} holds no run (config.json is missing)")
+        return
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise RunDirError(
+            f"out: {out} already exists and is not empty; pass --resume to continue that run "
+            "or choose another directory"
+        )
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise RunDirError(f"out: cannot write to {out} ({err.strerror})") from err
+
+
+class Progress:
+    """One status line: generation, returns, env steps/s, ETA. Redrawn in place on a terminal."""
+
+    def __init__(self, total: int, stream: TextIO | None = None):
+        self.total = total
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+
+    def update(self, generation: int, line: dict, steps_per_s: float, eta_s: float) -> None:
+        ev = line.get("eval_return")
+        text = (
+            f"gen {generation:>5}/{self.total}  mean {line['fitness_mean']:9.2f}  "
+            f"best {line['best_fitness']:9.2f}  eval {ev if ev is None else f'{ev:9.2f}'}  "
+            f"{steps_per_s:,.0f} steps/s  ETA {eta_s:5.0f}s"
+        )
+        self.stream.write(("\r" + text) if self.tty else (text + "\n"))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _metrics_lines(metrics: dict, first_generation: int, elapsed: float) -> list[dict]:
+    host = jax.tree.map(np.asarray, metrics)
+    length = len(next(iter(host.values())))
+    lines = []
+    for i in range(length):
+        line = {"generation": first_generation + i + 1}
+        for name, values in host.items():
+            value = values[i].item()
+            line[name] = value if not (isinstance(value, float) and math.isnan(value)) else None
+        line["wall_time_s"] = round(elapsed, 3)
+        lines.append(line)
+    return lines
+
+
+def _truncate_metrics(path: str, generation: int) -> float:
+    """Keeps the lines up to ``generation`` (a resumed run redoes the rest); their wall time."""
+    if not os.path.exists(path):
+        return 0.0
+    with open(path) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    kept = [x for x in lines if x["generation"] <= generation]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(x) + "\n" for x in kept)
+    os.replace(path + ".tmp", path)
+    return kept[-1]["wall_time_s"] if kept else 0.0
+
+
+def run(
+    config: TrainConfig,
+    out: str,
+    resume: bool = False,
+    stream: TextIO | None = None,
+    plot: bool = True,
+) -> dict:
+    """Trains as ``config`` says, writing into ``out``; returns a summary.
+
+    Files: ``config.json``, ``metrics.jsonl`` (one JSON object per generation, with
+    ``eval_return`` on each block's last generation), ``checkpoints/`` and, when matplotlib
+    is installed, ``learning_curve.png``.
+    """
+    from jaxes import checkpoint
+
+    strategy, task = build(config)  # every setting is checked before anything is written
+    prepare_run_dir(out, resume)
+    stream = stream or sys.stdout
+    stream.write(
+        f"jaxes train: {config.strategy} on {config.env} ({config.backend}), "
+        f"P={config.population_size}, {config.generations} generations -> {out}\n"
+    )
+    stream.flush()
+    if not resume:
+        with open(os.path.join(out, "config.json"), "w") as f:
+            f.write(config.to_json())
+    ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"))
+    metrics_path = os.path.join(out, "metrics.jsonl")
+    state = init_state(strategy, task, config.seed)
+    start_gen, wall_offset = 0, 0.0
+    if resume:
+        start_gen, state = ckpt.restore(state)
+        wall_offset = _truncate_metrics(metrics_path, start_gen)
+        if start_gen % config.eval_every and start_gen != config.generations:
+            raise checkpoint.CheckpointError(
+                f"checkpoint {start_gen} is not at a block boundary (eval_every="
+                f"{config.eval_every})"
+            )
+    runners: dict[int, Callable] = {}
+    progress = Progress(config.generations, stream)
+    started = time.perf_counter()
+    generation = start_gen
+    last_eval = None
+    with open(metrics_path, "a") as metrics_file:
+        while generation < config.generations:
+            block_start = time.perf_counter()
+            length = min(config.eval_every, config.generations - generation)
+            if length not in runners:
+                runners[length] = block_runner(strategy, task, length)
+            state, metrics, returns = runners[length](
+                state, _eval_key(config.seed, generation + length)
+            )
+            returns = np.asarray(returns)
+            now = time.perf_counter()
+            lines = _metrics_lines(metrics, generation, wall_offset + now - started)
+            last_eval = float(returns.mean())
+            lines[-1]["eval_return"] = last_eval
+            lines[-1]["eval_return_std"] = float(returns.std())
+            metrics_file.writelines(json.dumps(x) + "\n" for x in lines)
+            metrics_file.flush()
+            generation += length
+            # Rate of this block alone (the first one includes compilation).
+            block_s = max(now - block_start, 1e-9)
+            rate = sum(x["env_steps"] for x in lines) / block_s
+            progress.update(
+                generation, lines[-1], rate, block_s / length * (config.generations - generation)
+            )
+            if generation % config.checkpoint_every == 0 or generation == config.generations:
+                ckpt.save(generation, state)
+    progress.close()
+    ckpt.close()
+    summary = {
+        "generations": generation,
+        "final_eval_return": last_eval,
+        "run_dir": os.path.abspath(out),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    if plot:
+        summary["plot"] = _plot(metrics_path, os.path.join(out, "learning_curve.png"))
+    return summary
+
+
+def _plot(metrics_path: str, png_path: str) -> str | None:
+    try:
+        from jaxes import plotting
+    except ImportError:
+        return None
+    plotting.learning_curve(metrics_path, png_path)
+    return png_path
+
+
+def load_run(out: str) -> tuple[TrainConfig, Strategy, Task, int, TrainState]:
+    """Config, strategy, task and the newest checkpointed state of a run directory."""
+    from jaxes import checkpoint
+
+    path = os.path.join(out, "config.json")
+    if not os.path.isfile(path):
+        raise RunDirError(f"run_dir: {out} holds no run (config.json is missing)")
+    with open(path) as f:
+        config = TrainConfig.from_dict(json.load(f))
+    strategy, task = build(config)
+    ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"), primary=False)
+    step, state = ckpt.restore(init_state(strategy, task, config.seed))
+    ckpt.close()
+    return config, strategy, task, step, state
