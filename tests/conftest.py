@@ -14,3 +14,39 @@ jax.config.update(
 )
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+TINY_FLAGS = [
+    "--episode-length",
+    "100",
+    "--population",
+    "8",
+    "--generations",
+    "20",
+    "--eval-every",
+    "5",
+    "--checkpoint-every",
+    "5",
+    "--eval-episodes",
+    "2",
+    "--policy",
+    "linear",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One small `jaxes train` run, made once through the real command, shared read-only."""
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxes", "train", *TINY_FLAGS, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out

@@ -1,0 +1,123 @@
+"""The `jaxes` command: useful help, one-line errors, nothing overwritten."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import TINY_FLAGS
+
+from jaxes import cli
+
+
+def run_main(capsys, *argv):
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "render", "envs"])
+def test_every_command_has_useful_help(capsys, command):
+    code, out, _ = run_main(capsys, command, "--help")
+    assert code == 0
+    expected = {
+        "train": ["--population", "--sigma", "--resume", "--backend", "default: 32"],
+        "eval": ["run_dir", "--episodes"],
+        "render": ["replay.html"],
+        "envs": ["environment"],
+    }
+    for word in expected[command]:
+        assert word in out
+
+
+def test_envs_lists_names_and_nothing_else():
+    proc = subprocess.run([sys.executable, "-m", "jaxes", "envs"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "inverted_pendulum" in proc.stdout.split() and "warp" not in proc.stdout + proc.stderr
+
+
+def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxes", "train", "--env", "cartpole", "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("jaxes: error: env: unknown environment 'cartpole'; valid names:")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--backend", "physx"], "backend: unknown 'physx'"),
+        (["--strategy", "cma"], "strategy: unknown 'cma'"),
+        (["--episode-length", "0"], "episode_length: expected an int >= 1, got 0"),
+        (["--population", "7"], "population_size: antithetic pairs need an even population"),
+        (["--sigma", "-1"], "sigma: expected a finite number > 0"),
+        (["--population", "many"], "argument --population: invalid int value: 'many'"),
+        (["--hidden-sizes", "0,3"], "expected positive ints"),
+    ],
+)
+def test_bad_settings(capsys, tmp_path, flags, match):
+    code, out, err = run_main(capsys, "train", *flags, "--out", str(tmp_path / "r"))
+    assert code == 2 and match in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_existing_run_is_never_overwritten(capsys, tiny_run):
+    before = {p: os.path.getmtime(os.path.join(tiny_run, p)) for p in os.listdir(tiny_run)}
+    code, _, err = run_main(capsys, "train", *TINY_FLAGS, "--out", str(tiny_run))
+    assert code == 2 and "already exists and is not empty; pass --resume" in err
+    assert before == {p: os.path.getmtime(os.path.join(tiny_run, p)) for p in os.listdir(tiny_run)}
+
+
+def test_unwritable_output_dir(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = run_main(capsys, "train", *TINY_FLAGS, "--out", str(blocker / "run"))
+    assert code == 2 and "out: cannot write to" in err and blocker.read_text() == "not a directory"
+
+
+def test_resume_problems(capsys, tmp_path, tiny_run):
+    code, _, err = run_main(capsys, "train", "--resume")
+    assert code == 2 and "--resume needs --out" in err
+    code, _, err = run_main(capsys, "train", "--resume", "--out", str(tmp_path / "none"))
+    assert code == 2 and "holds no run (config.json is missing)" in err
+    no_ckpt = tmp_path / "no_ckpt"
+    no_ckpt.mkdir()
+    shutil.copy(tiny_run / "config.json", no_ckpt / "config.json")
+    code, _, err = run_main(capsys, "train", "--resume", "--out", str(no_ckpt))
+    assert code == 2 and "no complete checkpoint in" in err
+    code, _, err = run_main(capsys, "train", "--resume", "--out", str(tiny_run), "--sigma", "0.2")
+    assert code == 2 and "sigma=0.2 differs from the run's 0.05" in err
+
+
+def test_corrupt_checkpoint_is_a_clear_error(capsys, tmp_path, tiny_run):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_run, broken)
+    for root, _, files in os.walk(broken / "checkpoints"):
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"\x00garbage")
+    for argv in (["train", "--resume", "--out", str(broken)], ["eval", str(broken)]):
+        code, _, err = run_main(capsys, *argv)
+        assert code == 2 and "cannot be read" in err and err.count("\n") == 1
+
+
+def test_eval_and_render(capsys, tmp_path, tiny_run):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    code, out, _ = run_main(capsys, "eval", str(run_dir), "--episodes", "3")
+    assert code == 0 and "generation 20, return" in out and "over 3 episodes" in out
+    code, out, _ = run_main(capsys, "render", str(run_dir))
+    assert code == 0 and "wrote" in out
+    page = (run_dir / "replay.html").read_text()
+    assert "<html>" in page and "Brax visualizer" in page and len(page) > 10_000
+    code, _, err = run_main(capsys, "eval", str(run_dir), "--episodes", "0")
+    assert code == 2 and "--episodes: expected an int >= 1" in err

@@ -1,0 +1,131 @@
+"""End-to-end training: learning, checkpoints, and bit-identical resume after SIGKILL."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxes import train
+
+TINY = dict(
+    episode_length=100,
+    population_size=8,
+    generations=20,
+    eval_every=5,
+    checkpoint_every=5,
+    eval_episodes=2,
+    policy="linear",
+)
+from conftest import TINY_FLAGS  # noqa: E402
+
+
+def jaxes_cli(*args, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxes", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def final_state(run_dir):
+    _, _, _, step, state = train.load_run(run_dir)
+    return step, state
+
+
+def assert_states_identical(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb, strict=True):
+        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.slow
+def test_default_run_learns_inverted_pendulum(tmp_path):
+    out = tmp_path / "run"
+    with open(os.devnull, "w") as quiet:
+        summary = train.run(train.TrainConfig(), str(out), stream=quiet)
+    assert summary["final_eval_return"] >= 950
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["generation"] for x in lines] == list(range(1, 61))
+    assert all(x["centroid_offset_norm"] == 0.0 for x in lines)
+    assert (out / "learning_curve.png").stat().st_size > 10_000
+    assert json.loads((out / "config.json").read_text())["env"] == "inverted_pendulum"
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tiny_run):
+    return tiny_run
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_is_bit_identical(uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    proc = jaxes_cli("train", *TINY_FLAGS, "--out", str(out))
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "10").exists():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    resumed = jaxes_cli("train", "--out", str(out), "--resume")
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    step_a, state_a = final_state(uninterrupted)
+    step_b, state_b = final_state(out)
+    assert step_a == step_b == 20
+    assert_states_identical(state_a, state_b)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    generations = [json.loads(x)["generation"] for x in lines]
+    assert generations == list(range(1, 21))
+
+
+def test_a_shorter_run_extended_by_resume_equals_the_whole_run(uninterrupted, tmp_path):
+    out = str(tmp_path / "short")
+    config = train.TrainConfig(**TINY)
+    with open(os.devnull, "w") as quiet:
+        train.run(dataclasses.replace(config, generations=10), out, stream=quiet, plot=False)
+        train.run(config, out, resume=True, stream=quiet, plot=False)
+    assert_states_identical(final_state(uninterrupted)[1], final_state(out)[1])
+
+
+def test_generation_step_composes_with_scan():
+    strategy, task = train.build(train.TrainConfig(**TINY))
+    state = train.init_state(strategy, task, seed=0)
+    step = jax.jit(train.generation_step(strategy, task))
+    looped = state
+    for _ in range(3):
+        looped, _ = step(looped)
+    scanned, metrics = jax.jit(
+        lambda s: jax.lax.scan(lambda c, _: train.generation_step(strategy, task)(c), s, None, 3)
+    )(state)
+    assert int(scanned.generation) == 3 and metrics["env_steps"].shape == (3,)
+    np.testing.assert_allclose(
+        scanned.strategy_state.params["params"]["Dense_0"]["kernel"],
+        looped.strategy_state.params["params"]["Dense_0"]["kernel"],
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"checkpoint_every": 7}, r"checkpoint_every: must be a multiple of eval_every \(5\)"),
+        ({"strategy": "cma"}, r"strategy: unknown 'cma'; allowed: \['open_es'\]"),
+        ({"generations": 0}, r"generations: expected an int >= 1, got 0"),
+    ],
+)
+def test_bad_config(changes, match):
+    with pytest.raises(ValueError, match=match):
+        train.TrainConfig(**{**TINY, **changes})
