@@ -79,7 +79,11 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
-        abstract = jax.eval_shape(lambda: _unwrap_keys(like))
+        # Restoring into ``like``'s shardings puts a replicated state straight onto its mesh.
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+            _unwrap_keys(like),
+        )
         try:
             raw = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
         except Exception as err:  # orbax raises many types for unreadable files

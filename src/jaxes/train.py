@@ -1,10 +1,10 @@
-"""Training: one pure generation step, and a runner that fuses many of them per dispatch.
+"""Training: the runner behind ``jaxes train``, fusing many generations per dispatch.
 
-``generation_step`` is ask → evaluate → tell as a pure function of a ``TrainState``; users can
-put it in their own ``jit``/``scan``. ``run`` is the loop behind ``jaxes train``: it compiles
-one block of ``eval_every`` generations fused with ``lax.scan`` plus a noise-free evaluation of
-the centre policy, appends a line per generation to ``metrics.jsonl``, shows progress, and
-checkpoints the whole state so a stopped run resumes bit-identically.
+``jaxes.step.generation_step`` is ask → evaluate → tell as a pure function of a
+``TrainState``; users can put it in their own ``jit``/``scan``. ``run`` compiles one block of
+``eval_every`` generations fused with ``lax.scan`` plus a noise-free evaluation of the centre
+policy, appends a line per generation to ``metrics.jsonl``, shows progress, and checkpoints
+the whole state so a stopped run resumes bit-identically.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
+from jaxes.step import TrainState, generation_step
 from jaxes.strategies import open_es
 from jaxes.tasks import brax as brax_tasks
 from jaxes.types import Strategy, Task
@@ -54,6 +56,7 @@ class TrainConfig:
     eval_episodes: int = 8
     checkpoint_every: int = 10
     normalize_observations: bool = True
+    devices: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
@@ -69,6 +72,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+        if not isinstance(self.devices, int) or isinstance(self.devices, bool) or self.devices < 0:
+            raise ConfigError(f"devices: expected an int >= 0 (0 = all), got {self.devices!r}")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
         if self.policy not in POLICIES:
@@ -93,15 +98,6 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"config: unknown settings {unknown}")
         return cls(**data)
-
-
-class TrainState(NamedTuple):
-    """Everything a run carries from one generation to the next."""
-
-    strategy_state: Any
-    task_state: Any
-    key: jax.Array
-    generation: jax.Array
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:
@@ -142,26 +138,13 @@ def _eval_key(seed: int, generation: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 1), generation)
 
 
-def generation_step(strategy: Strategy, task: Task):
-    """``step(train_state) -> (train_state, metrics)``: one ask → evaluate → tell, pure."""
+def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
+    """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``.
 
-    def step(ts: TrainState):
-        key, ask_key, eval_key = jax.random.split(ts.key, 3)
-        population, strategy_state = strategy.ask(ask_key, ts.strategy_state)
-        fitness, task_state, rollout = task.evaluate(eval_key, population, ts.task_state)
-        strategy_state, info = strategy.tell(strategy_state, fitness)
-        metrics = {
-            k: v for k, v in info._asdict().items() if isinstance(v, jax.Array) and v.ndim == 0
-        }
-        metrics.update(rollout._asdict())
-        return TrainState(strategy_state, task_state, key, ts.generation + 1), metrics
-
-    return step
-
-
-def block_runner(strategy: Strategy, task: Task, length: int):
-    """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``."""
-    step = generation_step(strategy, task)
+    With a ``mesh`` the population of every generation is split over its devices
+    (``parallel.sharded_step``) and the state must be replicated on it (``place``).
+    """
+    step = generation_step(strategy, task) if mesh is None else sharded_step(strategy, task, mesh)
 
     def block(ts: TrainState, eval_key):
         ts, metrics = jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
@@ -169,6 +152,39 @@ def block_runner(strategy: Strategy, task: Task, length: int):
         return ts, metrics, task.evaluate_policy(eval_key, centre, ts.task_state)
 
     return jax.jit(block)
+
+
+def place(state: TrainState, mesh) -> TrainState:
+    """``state`` replicated on every device of ``mesh`` (of every process)."""
+    keys = jax.tree.map(_is_key, state)
+    data = jax.tree.map(lambda x, k: jax.random.key_data(x) if k else x, state, keys)
+    host = jax.tree.map(np.asarray, to_host(data))
+    impls = jax.tree.map(lambda x, k: jax.random.key_impl(x) if k else None, state, keys)
+
+    def rewrap(tree):
+        return jax.tree.map(
+            lambda x, k, impl: jax.random.wrap_key_data(x, impl=impl) if k else x,
+            tree,
+            keys,
+            impls,
+            is_leaf=lambda x: x is None,
+        )
+
+    return jax.jit(rewrap, out_shardings=replicated(mesh))(host)
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def to_host(tree):
+    """Arrays as this process's local copy (works for arrays replicated across processes)."""
+    return jax.tree.map(
+        lambda x: (
+            np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) and not _is_key(x) else x
+        ),
+        tree,
+    )
 
 
 def centre_params(strategy_state) -> Any:
@@ -226,7 +242,7 @@ class Progress:
 
 
 def _metrics_lines(metrics: dict, first_generation: int, elapsed: float) -> list[dict]:
-    host = jax.tree.map(np.asarray, metrics)
+    host = to_host(metrics)
     length = len(next(iter(host.values())))
     lines = []
     for i in range(length):
@@ -263,48 +279,56 @@ def run(
 
     Files: ``config.json``, ``metrics.jsonl`` (one JSON object per generation, with
     ``eval_return`` on each block's last generation), ``checkpoints/`` and, when matplotlib
-    is installed, ``learning_curve.png``.
+    is installed, ``learning_curve.png``. The population is split over ``config.devices``
+    devices (0: every device of every process); with several processes only process 0 writes
+    run files, and all of them take part in checkpoints.
     """
     from jaxes import checkpoint
 
     strategy, task = build(config)  # every setting is checked before anything is written
-    prepare_run_dir(out, resume)
-    stream = stream or sys.stdout
+    mesh = make_mesh(config.devices or None)
+    check_split(config.population_size, mesh.devices.size)
+    primary = jax.process_index() == 0
+    if primary or resume:
+        prepare_run_dir(out, resume)
+    stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
     stream.write(
         f"jaxes train: {config.strategy} on {config.env} ({config.backend}), "
-        f"P={config.population_size}, {config.generations} generations -> {out}\n"
+        f"P={config.population_size} on {mesh.devices.size} device(s), "
+        f"{config.generations} generations -> {out}\n"
     )
     stream.flush()
-    if not resume:
+    if primary and not resume:
         with open(os.path.join(out, "config.json"), "w") as f:
             f.write(config.to_json())
     ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"))
     metrics_path = os.path.join(out, "metrics.jsonl")
-    state = init_state(strategy, task, config.seed)
+    state = place(init_state(strategy, task, config.seed), mesh)
     start_gen, wall_offset = 0, 0.0
     if resume:
         start_gen, state = ckpt.restore(state)
-        wall_offset = _truncate_metrics(metrics_path, start_gen)
         if start_gen % config.eval_every and start_gen != config.generations:
             raise checkpoint.CheckpointError(
                 f"checkpoint {start_gen} is not at a block boundary (eval_every="
                 f"{config.eval_every})"
             )
+        if primary:
+            wall_offset = _truncate_metrics(metrics_path, start_gen)
     runners: dict[int, Callable] = {}
     progress = Progress(config.generations, stream)
     started = time.perf_counter()
     generation = start_gen
     last_eval = None
-    with open(metrics_path, "a") as metrics_file:
+    with open(metrics_path, "a") if primary else open(os.devnull, "w") as metrics_file:
         while generation < config.generations:
             block_start = time.perf_counter()
             length = min(config.eval_every, config.generations - generation)
             if length not in runners:
-                runners[length] = block_runner(strategy, task, length)
+                runners[length] = block_runner(strategy, task, length, mesh)
             state, metrics, returns = runners[length](
                 state, _eval_key(config.seed, generation + length)
             )
-            returns = np.asarray(returns)
+            returns = to_host(returns)
             now = time.perf_counter()
             lines = _metrics_lines(metrics, generation, wall_offset + now - started)
             last_eval = float(returns.mean())
@@ -329,7 +353,7 @@ def run(
         "run_dir": os.path.abspath(out),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    if plot:
+    if plot and primary:
         summary["plot"] = _plot(metrics_path, os.path.join(out, "learning_curve.png"))
     return summary
 

@@ -1,0 +1,138 @@
+"""The population split across devices and hosts; only fitness crosses the wire.
+
+Every device holds the same (replicated) state. In a generation each device builds only its
+own ``P / n`` members from the shared keys (``strategy.member``), evaluates them, and the
+``P`` fitness values are gathered (``all_gather``: ``P`` floats). Every device then runs the
+same ``tell``, rebuilding all ``P`` perturbations from the key in the state, so the states stay
+identical without ever sending a parameter-sized array. A task's statistics (observation
+moments) are summed across devices with one ``psum`` of a fixed, small size.
+
+The same per-device function runs under ``shard_map`` (the engine: ``sharded_step``) and under
+``jax.pmap`` as users write it (``local_step`` with the same ``axis_name``). Across hosts,
+``initialize_distributed`` starts JAX's multi-process runtime and ``mesh`` spans every process's
+devices.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxes.step import generation_step
+from jaxes.types import Strategy, Task
+
+AXIS = "population"
+
+
+def check_split(population_size: int, num_devices: int) -> int:
+    """Members per device; a ``ValueError`` naming both numbers and the nearest valid sizes."""
+    if population_size % num_devices == 0:
+        return population_size // num_devices
+    # With antithetic pairs a valid size must also stay even.
+    step = num_devices if num_devices % 2 == 0 else 2 * num_devices
+    lower = max(step, population_size // step * step)
+    upper = lower + step if lower < population_size else lower
+    options = sorted({lower, upper})
+    raise ValueError(
+        f"population_size: {population_size} members cannot be split evenly over "
+        f"{num_devices} devices; nearest valid population sizes: "
+        + " or ".join(str(o) for o in options)
+    )
+
+
+def local_step(strategy: Strategy, task: Task, num_shards: int, axis_name: str = AXIS):
+    """One device's generation step, for ``shard_map`` or ``jax.pmap`` over ``axis_name``.
+
+    The state must be replicated; every device returns the same new state. Equals
+    ``step.generation_step`` on one device up to the summation order of task statistics.
+
+    Example (4 devices, ``jax.pmap`` as users write it):
+      ``pstep = jax.pmap(local_step(strategy, task, 4), axis_name="population")``
+    """
+    check_split(strategy.population_size, num_shards)
+    return generation_step(strategy, task, axis_name, num_shards)
+
+
+def make_mesh(num_devices: int | None = None) -> Mesh:
+    """A 1-D mesh over the first ``num_devices`` devices of every process (default: all)."""
+    devices = jax.devices()
+    if num_devices is not None:
+        if not isinstance(num_devices, numbers.Integral) or not 1 <= num_devices <= len(devices):
+            raise ValueError(
+                f"devices: expected an int from 1 to {len(devices)} (devices visible), "
+                f"got {num_devices!r}"
+            )
+        devices = devices[:num_devices]
+    return Mesh(np.asarray(devices), (AXIS,))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """The sharding of a state every device holds whole."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def sharded_step(strategy: Strategy, task: Task, mesh: Mesh):
+    """``local_step`` under ``shard_map`` over ``mesh``: replicated state in and out."""
+    step = local_step(strategy, task, mesh.devices.size, mesh.axis_names[0])
+    return jax.shard_map(
+        step, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False
+    )
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    timeout_s: int = 60,
+) -> bool:
+    """Starts JAX's multi-process runtime; a no-op (returns False) for a single process.
+
+    Arguments left as ``None`` are read from ``JAXES_COORDINATOR_ADDRESS``,
+    ``JAXES_NUM_PROCESSES`` and ``JAXES_PROCESS_ID``. Must run before any other JAX call.
+    On CPU the processes talk through gloo.
+    """
+    env = os.environ
+    coordinator_address = coordinator_address or env.get("JAXES_COORDINATOR_ADDRESS")
+    num_processes = num_processes if num_processes is not None else _env_int("JAXES_NUM_PROCESSES")
+    process_id = process_id if process_id is not None else _env_int("JAXES_PROCESS_ID")
+    if coordinator_address is None and num_processes in (None, 1):
+        return False
+    if coordinator_address is None or num_processes is None or process_id is None:
+        raise ValueError(
+            "distributed: give all of coordinator address, number of processes and process id "
+            f"(got {coordinator_address!r}, {num_processes!r}, {process_id!r})"
+        )
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise ValueError(
+            f"process_id: expected 0 <= process_id < num_processes ({num_processes}), "
+            f"got {process_id}"
+        )
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=timeout_s,
+        )
+    except Exception as err:  # the runtime raises several types for an absent peer
+        raise ConnectionError(
+            f"coordinator: could not start {num_processes} processes through "
+            f"{coordinator_address} within {timeout_s} s (are all processes started with the "
+            f"same address and process count?): {str(err).splitlines()[0]}"
+        ) from err
+    return True
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected an int, got {value!r}") from None
