@@ -56,6 +56,7 @@ TRAIN_FLAGS = [
     ("--eval-every", "eval_every", int, "generations per fused block and between evaluations"),
     ("--eval-episodes", "eval_episodes", int, "episodes of each noise-free evaluation"),
     ("--checkpoint-every", "checkpoint_every", int, "generations between checkpoints"),
+    ("--devices", "devices", int, "devices to split the population over (0: all, all hosts)"),
 ]
 
 
@@ -90,6 +91,26 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
+    hosts = train.add_argument_group(
+        "several hosts",
+        "Start one `jaxes train` per process with the same flags and --out; process 0 writes "
+        "the run files. Each flag may also come from the environment variable it names.",
+    )
+    hosts.add_argument(
+        "--coordinator-address", help="HOST:PORT of process 0 (env JAXES_COORDINATOR_ADDRESS)"
+    )
+    hosts.add_argument(
+        "--num-processes", type=int, help="number of processes (env JAXES_NUM_PROCESSES)"
+    )
+    hosts.add_argument(
+        "--process-id", type=int, help="this process, 0 .. num-processes - 1 (env JAXES_PROCESS_ID)"
+    )
+    hosts.add_argument(
+        "--coordinator-timeout",
+        type=int,
+        default=60,
+        help="seconds to wait for every process to join (default 60)",
+    )
 
     ev = sub.add_parser(
         "eval",
@@ -118,8 +139,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    from jaxes import train
+    import jax
 
+    from jaxes import parallel, train
+
+    parallel.initialize_distributed(
+        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
+    )
     given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
     if args.resume:
         if args.out is None:
@@ -139,6 +165,8 @@ def _train(args) -> int:
         config = dataclasses.replace(DEFAULTS, **given)
     out = args.out or os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     summary = train.run(config, out, resume=args.resume)
+    if jax.process_index() != 0:
+        return 0  # process 0 reports for everyone
     print(
         f"done: noise-free eval return {summary['final_eval_return']:.1f} after "
         f"{summary['generations']} generations ({summary['seconds']} s)."
@@ -209,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")  # brax's maintenance notice and friends
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, CheckpointError, OSError) as err:
+    except (ValueError, CheckpointError, OSError, ConnectionError) as err:
         return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     except KeyboardInterrupt:
         return _fail("interrupted; continue with `jaxes train --out RUN_DIR --resume`")

@@ -151,7 +151,11 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
         centre = centre_params(ts.strategy_state)
         return ts, metrics, task.evaluate_policy(eval_key, centre, ts.task_state)
 
-    return jax.jit(block)
+    if mesh is None:
+        return jax.jit(block)
+    # Replicated outputs: every process reads its own copy, and the next block sees the same
+    # shardings (no retrace).
+    return jax.jit(block, out_shardings=replicated(mesh))
 
 
 def place(state: TrainState, mesh) -> TrainState:

@@ -38,7 +38,23 @@ def load_env(env_name: str, backend: str = "spring"):
             raise ValueError(f"env: unknown environment {env_name!r}; valid names: {names}")
         if backend not in BACKENDS:
             raise ValueError(f"backend: unknown {backend!r}; allowed: {list(BACKENDS)}")
-        return envs.get_environment(env_name, backend=backend)
+        with _models_on_local_device():
+            return envs.get_environment(env_name, backend=backend)
+
+
+@contextlib.contextmanager
+def _models_on_local_device():
+    """MJX puts a model on ``jax.devices()[0]``; with several processes that device belongs to
+    process 0, and the other processes could not use their copy. Point it at a local device."""
+    if jax.process_count() == 1:
+        yield
+        return
+    global_devices = jax.devices
+    jax.devices = lambda *args, **kwargs: jax.local_devices()
+    try:
+        yield
+    finally:
+        jax.devices = global_devices
 
 
 def env_names() -> list[str]:
