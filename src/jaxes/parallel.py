@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numbers
 import os
+import socket
+import time
 
 import jax
 import numpy as np
@@ -111,6 +113,9 @@ def initialize_distributed(
             f"process_id: expected 0 <= process_id < num_processes ({num_processes}), "
             f"got {process_id}"
         )
+    if process_id != 0:
+        # JAX's client aborts the process when the coordinator never answers; find out first.
+        _wait_for_coordinator(coordinator_address, timeout_s)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
         jax.distributed.initialize(
@@ -126,6 +131,24 @@ def initialize_distributed(
             f"same address and process count?): {str(err).splitlines()[0]}"
         ) from err
     return True
+
+
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"coordinator_address: expected HOST:PORT, got {address!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1.0):
+                return
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise ConnectionError(
+                    f"coordinator: could not reach {address} within {timeout_s} s "
+                    f"({err.strerror or err}); is process 0 running with that address?"
+                ) from None
+            time.sleep(0.2)
 
 
 def _env_int(name: str) -> int | None:

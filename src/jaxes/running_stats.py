@@ -1,8 +1,9 @@
 """Mergeable running mean and variance, for observation normalisation.
 
 A batch is summarised as sums of moments about the current running mean ``(k, s1, s2)``.
-Sums add, so batches from many devices merge with one ``psum`` and every device ends with the
-same statistics. Merging uses ``m2' = m2 + s2 - s1²/n'`` (Chan et al.), stable because the
+Sums add, so batches from many devices merge into one; summing per-member moments in member
+order (``total``) gives every device the same statistics, whatever the device count.
+Merging uses ``m2' = m2 + s2 - s1²/n'`` (Chan et al.), stable because the
 shift is the running mean itself.
 """
 
@@ -39,12 +40,23 @@ def init(size: int) -> RunningStats:
     return RunningStats(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
 
 
-def batch_moments(stats: RunningStats, x: jax.Array, mask: jax.Array) -> BatchMoments:
-    """Moments of the rows of ``x`` (``(..., size)``) where ``mask`` (``(...)``) is true."""
+def batch_moments(
+    stats: RunningStats, x: jax.Array, mask: jax.Array, axes: tuple[int, ...] | None = None
+) -> BatchMoments:
+    """Moments of the rows of ``x`` (``(..., size)``) where ``mask`` (``(...)``) is true.
+
+    ``axes`` are the batch axes summed over (default: all of them); the others are kept, e.g.
+    one set of moments per population member.
+    """
     w = mask.astype(jnp.float32)[..., None]
     d = jnp.where(w > 0, x - stats.mean, 0.0)
-    axes = tuple(range(x.ndim - 1))
-    return BatchMoments(jnp.sum(w), jnp.sum(w * d, axes), jnp.sum(w * d * d, axes))
+    axes = tuple(range(x.ndim - 1)) if axes is None else axes
+    return BatchMoments(jnp.sum(w[..., 0], axes), jnp.sum(w * d, axes), jnp.sum(w * d * d, axes))
+
+
+def total(moments: BatchMoments, axis: int = 0) -> BatchMoments:
+    """Per-part moments (leading axis) summed into one, in a fixed order."""
+    return jax.tree.map(lambda m: jnp.sum(m, axis), moments)
 
 
 def add_moments(a: BatchMoments, b: BatchMoments) -> BatchMoments:
@@ -52,9 +64,11 @@ def add_moments(a: BatchMoments, b: BatchMoments) -> BatchMoments:
     return jax.tree.map(jnp.add, a, b)
 
 
-def zero_moments(size: int) -> BatchMoments:
-    """Moments of an empty batch."""
-    return BatchMoments(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
+def zero_moments(size: int, batch: tuple[int, ...] = ()) -> BatchMoments:
+    """Moments of an empty batch (one per index of ``batch``)."""
+    return BatchMoments(
+        jnp.zeros(batch, jnp.float32), jnp.zeros(batch + (size,)), jnp.zeros(batch + (size,))
+    )
 
 
 def merge(stats: RunningStats, batch: BatchMoments) -> RunningStats:

@@ -8,7 +8,9 @@ return, which every fitness shaping ranks worst.
 
 Observations are normalised with running statistics kept in the task state. They are frozen
 during a generation (every member sees the same normalisation) and then merged with the
-moments of every observation an alive episode saw; ``axis_name`` merges them across devices.
+moments of every observation an alive episode saw. With ``axis_name`` the per-member moments
+are gathered (``P × (2·obs + 1)`` floats) and summed in member order, so every device holds
+the same statistics.
 """
 
 from __future__ import annotations
@@ -188,8 +190,11 @@ def brax_task(
 
         def one_step(c: _Carry, _):
             active = c.alive & (c.t < episode_length)
+            # Per-member moments (summed over episodes), so any split of the population over
+            # devices adds them up in the same order.
             moments = running_stats.add_moments(
-                c.moments, running_stats.batch_moments(stats, c.env_state.obs, active)
+                c.moments,
+                running_stats.batch_moments(stats, c.env_state.obs, active, axes=(1,)),
             )
             nxt = step_batch(params, c.env_state)
             broken = ~(jnp.isfinite(nxt.reward) & jnp.all(jnp.isfinite(nxt.obs), axis=-1))
@@ -218,7 +223,7 @@ def brax_task(
             returns=jnp.zeros(shape, jnp.float32),
             lengths=jnp.zeros(shape, jnp.int32),
             alive=jnp.ones(shape, bool),
-            moments=running_stats.zero_moments(obs_size),
+            moments=running_stats.zero_moments(obs_size, (num_members,)),
             chunks=jnp.zeros((), jnp.int32),
         )
         out = jax.lax.while_loop(keep_going, run_chunk, carry)
@@ -233,7 +238,9 @@ def brax_task(
             episodes=jnp.int32(lengths.size),
         )
         if axis_name is not None:
-            moments, info = jax.lax.psum((moments, info), axis_name)
+            info = jax.lax.psum(info, axis_name)
+            moments = jax.lax.all_gather(moments, axis_name, tiled=True)
+        moments = running_stats.total(moments)
         stats = task_state.obs_stats
         if normalize_observations:
             stats = running_stats.merge(stats, moments)

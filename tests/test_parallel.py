@@ -1,0 +1,188 @@
+"""The population split over 4 (fake CPU) devices and over 2 processes gives the one-device run."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import TINY_FLAGS
+
+import jaxes
+from jaxes import parallel, train
+from jaxes.step import generation_step
+from jaxes.tasks.brax import brax_task
+from jaxes.tasks.functions import function_task
+
+GENERATIONS = 20
+N = 4
+STRATEGY = jaxes.open_es(16, 0.05, learning_rate=0.05)
+FN_TASK = function_task("rosenbrock", 10, start=0.0)
+BRAX_TASK = brax_task("inverted_pendulum", "spring", 50, "mlp", hidden_sizes=(32, 32))
+
+
+def one_device(task):
+    step = generation_step(STRATEGY, task)
+    state = train.init_state(STRATEGY, task, seed=0)
+    return jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
+
+
+def shard_mapped(task):
+    mesh = parallel.make_mesh(N)
+    step = parallel.sharded_step(STRATEGY, task, mesh)
+    state = train.place(train.init_state(STRATEGY, task, seed=0), mesh)
+    return jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
+
+
+def pmapped(task):
+    # A user's loop: replicate the state, pmap the per-device step with an axis name.
+    pstep = jax.pmap(parallel.local_step(STRATEGY, task, N, "devices"), axis_name="devices")
+    state = train.init_state(STRATEGY, task, seed=0)
+    state = jax.tree.map(lambda x: jnp.stack([x] * N), state)
+    for _ in range(GENERATIONS):
+        state, _ = pstep(state)
+    return jax.tree.map(lambda x: x[0], state)
+
+
+def max_diff(a, b):
+    return max(
+        (
+            float(jnp.max(jnp.abs(x - y)))
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+        ),
+        default=0.0,
+    )
+
+
+@pytest.mark.parametrize("task", [FN_TASK, BRAX_TASK], ids=["rosenbrock", "brax-obs-norm"])
+def test_one_device_shard_map_and_pmap_agree(task):
+    single = one_device(task)
+    assert max_diff(single.strategy_state.params, shard_mapped(task).strategy_state.params) <= 1e-6
+    by_pmap = pmapped(task)
+    assert max_diff(single.strategy_state.params, by_pmap.strategy_state.params) <= 1e-6
+    if task is BRAX_TASK:
+        # Observation statistics agree up to float noise amplified by the physics, measured in
+        # standard deviations (the means sit near zero, so relative error would mislead).
+        a, b = single.task_state.obs_stats, by_pmap.task_state.obs_stats
+        std = np.sqrt(np.asarray(a.m2) / float(a.count))
+        assert float(a.count) == float(b.count)
+        assert np.max(np.abs(np.asarray(a.mean) - np.asarray(b.mean)) / std) < 5e-2
+        np.testing.assert_allclose(a.m2, b.m2, rtol=1e-2)
+    moved = max_diff(
+        single.strategy_state.params, train.init_state(STRATEGY, task, 0).strategy_state.params
+    )
+    assert moved > 1e-3  # the runs really trained
+
+
+def collectives(hlo_text):
+    """(op, element count) of every cross-device collective in compiled HLO."""
+    found = []
+    ops = "all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter"
+    pattern = r"=\s*(\(.*?\)|\S+)\s+(" + ops + r")(-start)?\("
+    for result, op, _ in re.findall(pattern, hlo_text):
+        for dims in re.findall(r"\[([0-9,]*)\]", result):
+            count = int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
+            found.append((op, count))
+    return found
+
+
+def test_only_fitness_and_fixed_statistics_cross_devices():
+    mesh = parallel.make_mesh(N)
+    state = train.place(train.init_state(STRATEGY, BRAX_TASK, 0), mesh)
+    step = jax.jit(parallel.sharded_step(STRATEGY, BRAX_TASK, mesh))
+    hlo = step.lower(state).compile().as_text()
+    found = collectives(hlo)
+    n_params = sum(x.size for x in jax.tree.leaves(state.strategy_state.params))
+    obs = BRAX_TASK.env.observation_size
+    assert found, "expected a gather of fitness values"
+    assert n_params > 20 * STRATEGY.population_size  # a parameter-sized transfer would show
+    # Fitness (P) and per-member observation moments (P × obs), nothing parameter-sized.
+    assert max(count for _, count in found) <= STRATEGY.population_size * obs
+    assert any(op == "all-gather" and count == STRATEGY.population_size for op, count in found)
+
+
+def test_indivisible_population_names_both_numbers_and_nearest_valid():
+    with pytest.raises(
+        ValueError,
+        match=r"18 members cannot be split evenly over 4 devices; nearest valid population "
+        r"sizes: 16 or 20",
+    ):
+        parallel.check_split(18, 4)
+    with pytest.raises(ValueError, match=r"over 3 devices.*: 6 or 12"):
+        parallel.check_split(10, 3)
+    with pytest.raises(ValueError, match="devices: expected an int from 1 to 4"):
+        parallel.make_mesh(5)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(process_id, num_processes, port, out, extra=()):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jaxes",
+            "train",
+            *TINY_FLAGS,
+            "--out",
+            str(out),
+            "--coordinator-address",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            str(num_processes),
+            "--process-id",
+            str(process_id),
+            "--coordinator-timeout",
+            "20",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+def test_two_processes_match_the_single_process_four_device_run(tiny_run, tmp_path):
+    out = tmp_path / "two_hosts"
+    port = free_port()
+    procs = [launch(i, 2, port, out) for i in range(2)]
+    try:
+        results = [p.communicate(timeout=400) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [r[1][-2000:] for r in results]
+    # Process 0 reports, alone (gloo's own connection notes aside).
+    assert "done:" in results[0][0] and "jaxes" not in results[1][0]
+    _, _, _, step, two = train.load_run(str(out))
+    _, _, _, _, one = train.load_run(str(tiny_run))
+    assert step == 20
+    assert max_diff(two.strategy_state.params, one.strategy_state.params) <= 1e-6
+
+
+def test_unreachable_coordinator_fails_fast_with_one_line(tmp_path):
+    start = time.time()
+    proc = launch(1, 2, free_port(), tmp_path / "r", extra=("--coordinator-timeout", "3"))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and time.time() - start < 90
+    assert err.strip().splitlines()[-1].startswith("jaxes: error: coordinator: could not reach")
+    assert not (tmp_path / "r").exists()
+
+
+def test_process_id_outside_the_process_count(tmp_path):
+    proc = launch(2, 2, free_port(), tmp_path / "r")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "process_id: expected 0 <= process_id < num_processes (2), got 2" in err
