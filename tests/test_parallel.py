@@ -72,7 +72,7 @@ def test_one_device_shard_map_and_pmap_agree(task):
         std = np.sqrt(np.asarray(a.m2) / float(a.count))
         assert float(a.count) == float(b.count)
         assert np.max(np.abs(np.asarray(a.mean) - np.asarray(b.mean)) / std) < 5e-2
-        np.testing.assert_allclose(a.m2, b.m2, rtol=1e-2)
+        np.testing.assert_allclose(a.m2, b.m2, rtol=5e-2)
     moved = max_diff(
         single.strategy_state.params, train.init_state(STRATEGY, task, 0).strategy_state.params
     )
