@@ -68,8 +68,16 @@ def num_params(params: Params) -> int:
     return sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params))
 
 
+def unflatten_like(flat: jax.Array, params: Params) -> Params:
+    """Splits a flat vector into a pytree shaped like ``params`` (leaf order of ``jax.tree``)."""
+    leaves, treedef = jax.tree.flatten(params)
+    sizes = [math.prod(jnp.shape(x)) for x in leaves]
+    parts = jnp.split(flat, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [flat]
+    return treedef.unflatten([p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves, strict=True)])
+
+
 def gaussian() -> NoiseSource:
-    """N(0, I) perturbations drawn from the key, one independent stream per leaf.
+    """N(0, I) perturbations drawn from the key (one draw for all leaves together).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -86,14 +94,8 @@ def gaussian() -> NoiseSource:
 
     def sample(noise_state, key, params):
         del noise_state
-        leaves, treedef = jax.tree.flatten(params)
-        keys = jax.random.split(key, len(leaves))
-        return treedef.unflatten(
-            [
-                jax.random.normal(k, jnp.shape(x), jnp.float32)
-                for k, x in zip(keys, leaves, strict=True)
-            ]
-        )
+        # One flat draw split over the leaves: one RNG kernel to compile, however many leaves.
+        return unflatten_like(jax.random.normal(key, (num_params(params),), jnp.float32), params)
 
     return NoiseSource(init, sample, "gaussian")
 
@@ -124,16 +126,9 @@ def noise_table(size: int = 2**24) -> NoiseSource:
         return jax.random.normal(key, (size,), jnp.float32)
 
     def sample(table, key, params):
-        leaves, treedef = jax.tree.flatten(params)
-        sizes = [math.prod(jnp.shape(x)) for x in leaves]
-        dim = sum(sizes)
+        dim = num_params(params)
         offset = jax.random.randint(key, (), 0, table.shape[0] - dim + 1)
-        flat = jax.lax.dynamic_slice(table, (offset,), (dim,))
-        splits = np.cumsum(sizes)[:-1].tolist()
-        parts = jnp.split(flat, splits) if splits else [flat]
-        return treedef.unflatten(
-            [p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves, strict=True)]
-        )
+        return unflatten_like(jax.lax.dynamic_slice(table, (offset,), (dim,)), params)
 
     return NoiseSource(init, sample, "table")
 
