@@ -47,7 +47,7 @@ class TrainConfig:
     population_size: int = 32
     sigma: float = 0.05
     learning_rate: float = 0.03
-    generations: int = 60
+    generations: int = 80
     seed: int = 0
     policy: str = "linear"
     hidden_sizes: tuple[int, ...] = (32, 32)
