@@ -1,0 +1,673 @@
+"""Brax: jaxes `open_es` against Brax's own ES trainer, and where jaxes' time goes.
+
+What it measures (all on this machine, in one run):
+
+1. Time to solve `inverted_pendulum` (spring backend, episodes of 200 steps): wall time from
+   just before the environment is built until the noise-free evaluation return first reaches
+   190, compilation included, for jaxes (`jaxes.train.block_runner`, one dispatch per
+   `EVAL_EVERY` generations) and for `brax.training.agents.es.train` (whose `progress_fn`
+   sees the evaluation every `EVAL_EVERY` full-length generations' worth of env steps).
+   Every (library, seed) run is its own fresh subprocess, so nothing is compiled in advance;
+   the persistent compilation cache is off (checked). Runs are interleaved (jaxes seed 0,
+   Brax seed 0, jaxes seed 1, ...) so the noise of a shared CPU falls on both alike.
+   Both use the same ES settings: 64 rollouts per generation (jaxes P=64 members in 32
+   antithetic pairs; Brax `population_size=32`, which it doubles into +/- pairs), sigma 0.05,
+   Adam(0.03), centered-rank fitness shaping, observation normalisation, a (32, 32) policy,
+   8 evaluation episodes with the deterministic policy, and a budget of `--generations`.
+   Brax's own defaults (lr 1e-3, std 0.1, raw fitness, no normalisation, (32,)*4) did not
+   reach 190 within 2.56 M env steps (over 200 generations, seed 0) here, so they are not
+   used. Brax samples actions from its tanh-Gaussian head during training (its design);
+   jaxes' policy is deterministic.
+   Brax's generation count comes from a wrapper on its training env whose `reset` (once per
+   generation) ticks a host counter through `jax.debug.callback`.
+
+2. ES overhead of jaxes: seconds per generation (ask + evaluate + tell, one jitted
+   `generation_step`) over seconds of the rollout alone (`task.evaluate`, jitted) on the
+   very population that `ask` draws from the same state with the same key, so both simulate
+   the same env steps (the rollout stops early once every episode has ended). Timed at a
+   fresh state (short episodes) and after `--overhead-train` generations (long ones);
+   median of `--reps` interleaved calls after warm-up. Also ask + tell alone.
+
+3. Env steps that the early exit saves on `hopper` (spring, 1000-step episodes, MLP, P=64)
+   in generations 0-5 of `open_es`: `info.env_steps` of the chunked rollout against the
+   full-length one (`chunk_length=1000`: one chunk, no early exit), with the wall time of
+   both on the same population (median of max(3, `--reps` // 5) calls after warm-up).
+
+Run:
+  .venv/bin/python benchmarks/brax_vs_brax_es.py            # 3 seeds (about 10 minutes on 2 cores)
+  .venv/bin/python benchmarks/brax_vs_brax_es.py --quick    # 1 seed, small budget (smoke test)
+  .venv/bin/python benchmarks/brax_vs_brax_es.py --seeds 5
+Results are printed as tables and written as JSON to `--out` (default
+benchmarks/results/brax_vs_brax_es.json, or brax_vs_brax_es_quick.json with `--quick`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+ENV = "inverted_pendulum"
+BACKEND = "spring"
+EPISODE = 200
+SOLVED_AT = 190.0
+ROLLOUTS = 64  # per generation: jaxes population_size, 2 x Brax population_size
+SIGMA = 0.05
+LEARNING_RATE = 0.03
+HIDDEN = (32, 32)
+EVAL_EVERY = 5  # generations between evaluations
+EVAL_EPISODES = 8
+HOPPER_EPISODE = 1000
+HOPPER_P = 64
+
+
+# --------------------------------------------------------------------------------------------
+# Children: each runs in a fresh process and prints one line "RESULT {json}".
+# --------------------------------------------------------------------------------------------
+
+
+def quiet_imports():
+    """Imports JAX, Brax and jaxes with their import chatter silenced; starts the backend."""
+    import contextlib
+    import io
+    import warnings
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        import jax
+        from brax import envs  # noqa: F401
+        from brax.training.agents.es import train  # noqa: F401
+
+        import jaxes.train  # noqa: F401
+    if jax.config.jax_compilation_cache_dir is not None:
+        raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
+    jax.devices()
+    return jax
+
+
+def record_compiles() -> dict:
+    """Totals of XLA compilation and MLIR lowering seconds from now on, and each compile > 1 s."""
+    import jax
+
+    seen = {"compile_s": 0.0, "lower_s": 0.0, "compiles": 0, "big_compiles": []}
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen["compile_s"] += duration
+            seen["compiles"] += 1
+            if duration > 1.0:
+                seen["big_compiles"].append([kwargs.get("fun_name", "?"), round(duration, 2)])
+        elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            seen["lower_s"] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    return seen
+
+
+def jaxes_config(seed: int, generations: int):
+    from jaxes import train
+
+    return train.TrainConfig(
+        env=ENV,
+        backend=BACKEND,
+        episode_length=EPISODE,
+        population_size=ROLLOUTS,
+        sigma=SIGMA,
+        learning_rate=LEARNING_RATE,
+        generations=generations,
+        seed=seed,
+        policy="mlp",
+        hidden_sizes=HIDDEN,
+        eval_every=EVAL_EVERY,
+        eval_episodes=EVAL_EPISODES,
+        checkpoint_every=EVAL_EVERY,
+        normalize_observations=True,
+    )
+
+
+def solve_jaxes(seed: int, generations: int) -> dict:
+    """Blocks of EVAL_EVERY generations plus an evaluation until the return reaches 190."""
+    jax = quiet_imports()
+    import numpy as np
+
+    from jaxes import train
+
+    compiles = record_compiles()
+    start = time.perf_counter()
+    strategy, task = train.build(jaxes_config(seed, generations))
+    build_s = time.perf_counter() - start
+    state = jax.block_until_ready(train.init_state(strategy, task, seed))
+    init_s = time.perf_counter() - start - build_s
+    runner = train.block_runner(strategy, task, EVAL_EVERY)
+    evals, generation, env_steps = [], 0, 0
+    while generation < generations:
+        state, metrics, returns = runner(state, train._eval_key(seed, generation + EVAL_EVERY))
+        value = float(np.mean(returns))
+        generation += EVAL_EVERY
+        env_steps += int(np.sum(metrics["env_steps"]))
+        evals.append(eval_point(generation, start, value, env_steps))
+        if value >= SOLVED_AT:
+            break
+    phases = {"build_s": round(build_s, 2), "init_state_s": round(init_s, 2)}
+    return solve_result(evals, generations) | {"phases": phases, "xla": compiles}
+
+
+def eval_point(generation: int, start: float, value: float, env_steps: int) -> dict:
+    return {
+        "generation": generation,
+        "t_s": round(time.perf_counter() - start, 3),
+        "return": value,
+        "env_steps": env_steps,
+    }
+
+
+def solve_result(evals: list[dict], generations: int) -> dict:
+    hit = next((e for e in evals if e["return"] >= SOLVED_AT), None)
+    ok = hit is not None and hit["generation"] <= generations
+    return {
+        "solved": ok,
+        "wall_s": hit["t_s"] if ok else None,
+        "generations": hit["generation"] if ok else None,
+        "env_steps": hit["env_steps"] if ok else None,
+        "first_eval_s": evals[0]["t_s"] if evals else None,
+        "evals": evals,
+    }
+
+
+class _Stop(Exception):
+    """Raised from Brax's progress_fn to end training at the solve (or past the budget)."""
+
+
+def solve_brax(seed: int, generations: int) -> dict:
+    """`brax.training.agents.es.train` with the same ES settings, stopped at the solve."""
+    import contextlib
+    import functools
+
+    jax = quiet_imports()
+    from brax import envs
+    from brax.envs.base import Wrapper
+    from brax.training.agents.es import networks as es_networks
+    from brax.training.agents.es import train as brax_es
+
+    counter = {"generations": 0}
+
+    def tick():
+        counter["generations"] += 1
+
+    class CountGenerations(Wrapper):
+        """Training env only: Brax resets it once per generation (one batched reset)."""
+
+        def reset(self, rng):
+            jax.debug.callback(tick)
+            return self.env.reset(rng)
+
+    wrapped = []
+
+    def wrap_env(env, **kwargs):
+        env = envs.training.wrap(env, **kwargs)
+        env = env if wrapped else CountGenerations(env)  # the first call wraps the training env
+        wrapped.append(env)
+        return env
+
+    evals = []
+
+    def progress(num_steps, metrics):
+        value = float(metrics["eval/episode_reward"])
+        evals.append(eval_point(counter["generations"], start, value, int(num_steps)))
+        if value >= SOLVED_AT or counter["generations"] >= generations:
+            raise _Stop
+
+    compiles = record_compiles()
+    start = time.perf_counter()
+    env = envs.get_environment(ENV, backend=BACKEND)
+    with contextlib.suppress(_Stop):
+        brax_es.train(
+            environment=env,
+            wrap_env_fn=wrap_env,
+            num_timesteps=generations * ROLLOUTS * EPISODE,  # >= `generations` generations
+            episode_length=EPISODE,
+            population_size=ROLLOUTS // 2,  # Brax plays each perturbation as a +/- pair
+            learning_rate=LEARNING_RATE,
+            perturbation_std=SIGMA,
+            fitness_shaping=brax_es.FitnessShaping.CENTERED_RANK,
+            center_fitness=False,
+            normalize_observations=True,
+            num_evals=generations // EVAL_EVERY + 1,  # every EVAL_EVERY full generations' steps
+            num_eval_envs=EVAL_EPISODES,
+            deterministic_eval=True,
+            network_factory=functools.partial(
+                es_networks.make_es_networks, hidden_layer_sizes=HIDDEN
+            ),
+            seed=seed,
+            progress_fn=progress,
+        )
+    before = [e["t_s"] for e in evals if e["generation"] == 0]  # Brax evaluates at step 0 too
+    result = solve_result([e for e in evals if e["generation"] > 0], generations)
+    return result | {"eval_before_training_s": before[0] if before else None, "xla": compiles}
+
+
+def time_pair(f, g, reps: int) -> tuple[float, float]:
+    """Median seconds of f() and of g(), called alternately `reps` times after 2 warm-ups."""
+    import jax
+
+    for _ in range(2):
+        jax.block_until_ready(f())
+        jax.block_until_ready(g())
+    tf, tg = [], []
+    for _ in range(reps):
+        for fn, out in ((f, tf), (g, tg)):
+            t = time.perf_counter()
+            jax.block_until_ready(fn())
+            out.append(time.perf_counter() - t)
+    return statistics.median(tf), statistics.median(tg)
+
+
+def population_inputs(strategy, state):
+    """The key, population and task state that `generation_step` would evaluate from `state`."""
+    import jax
+
+    _, ask_key, eval_key = jax.random.split(state.key, 3)
+    population, _ = strategy.ask(ask_key, state.strategy_state)
+    return eval_key, population, state.task_state
+
+
+def overhead(train_generations: int, reps: int) -> dict:
+    """jaxes seconds per generation over seconds of the rollout alone, same population."""
+    jax = quiet_imports()
+    import jax.numpy as jnp
+
+    from jaxes import train
+
+    strategy, task = train.build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
+    state = train.init_state(strategy, task, 0)
+    step = jax.jit(train.generation_step(strategy, task))
+    evaluate = jax.jit(task.evaluate)
+
+    @jax.jit
+    def ask_tell(s):
+        population, ss = strategy.ask(s.key, s.strategy_state)
+        fitness = jnp.zeros(strategy.population_size) + jax.tree.leaves(population)[0][:, 0]
+        return strategy.tell(ss, fitness)
+
+    def advance(s, generations):
+        return jax.lax.scan(lambda c, _: step(c), s, None, generations)[0]
+
+    rows = []
+    for trained in sorted({0, train_generations}):
+        state_t = jax.block_until_ready(jax.jit(advance, static_argnums=1)(state, trained))
+        key, population, task_state = population_inputs(strategy, state_t)
+        _, metrics = step(state_t)
+        fitness, _, info = evaluate(key, population, task_state)
+        assert int(metrics["env_steps"]) == int(info.env_steps), "not the same rollout"
+        t_step, t_eval = time_pair(
+            lambda s=state_t: step(s),
+            lambda k=key, p=population, ts=task_state: evaluate(k, p, ts),
+            reps,
+        )
+        t_asktell, _ = time_pair(lambda s=state_t: ask_tell(s), lambda: None, reps)
+        rows.append(
+            {
+                "generation": trained,
+                "env_steps": int(info.env_steps),
+                "alive_steps": int(info.alive_steps),
+                "full_length_steps": ROLLOUTS * EPISODE,
+                "mean_fitness": float(jnp.mean(fitness)),
+                "generation_s": t_step,
+                "rollout_s": t_eval,
+                "ask_tell_s": t_asktell,
+                "ratio": t_step / t_eval,
+            }
+        )
+    return {"population": ROLLOUTS, "episode_length": EPISODE, "reps": reps, "rows": rows}
+
+
+def hopper(generations: int, reps: int) -> dict:
+    """Early-exit rollouts against one full-length chunk, generations 0..generations-1."""
+    jax = quiet_imports()
+    import numpy as np
+
+    from jaxes import strategies, train
+    from jaxes.tasks.brax import brax_task
+
+    def task(chunk_length):
+        return brax_task(
+            "hopper", BACKEND, HOPPER_EPISODE, "mlp", HIDDEN, chunk_length=chunk_length
+        )
+
+    early, full = task(50), task(HOPPER_EPISODE)
+    strategy = strategies.open_es(HOPPER_P, SIGMA, learning_rate=LEARNING_RATE)
+    state = train.init_state(strategy, early, 0)
+    step = jax.jit(train.generation_step(strategy, early))
+    eval_early, eval_full = jax.jit(early.evaluate), jax.jit(full.evaluate)
+    compile_s = {}
+    for name, fn in (("early_exit", eval_early), ("full_length", eval_full)):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*population_inputs(strategy, state)))
+        compile_s[name] = round(time.perf_counter() - t, 2)
+    rows = []
+    for generation in range(generations):
+        inputs = population_inputs(strategy, state)
+        f_early, _, info = eval_early(*inputs)
+        f_full, _, info_full = eval_full(*inputs)
+        t_early, t_full = time_pair(
+            lambda a=inputs: eval_early(*a), lambda a=inputs: eval_full(*a), reps
+        )
+        rows.append(
+            {
+                "generation": generation,
+                "env_steps": int(info.env_steps),
+                "alive_steps": int(info.alive_steps),
+                "full_length_steps": int(info_full.env_steps),
+                "step_fraction": int(info.env_steps) / int(info_full.env_steps),
+                "early_exit_s": t_early,
+                "full_length_s": t_full,
+                "time_fraction": t_early / t_full,
+                "same_fitness": bool(np.allclose(f_early, f_full, rtol=1e-5, atol=1e-4)),
+            }
+        )
+        state, _ = step(state)
+    return {
+        "env": "hopper",
+        "backend": BACKEND,
+        "episode_length": HOPPER_EPISODE,
+        "population": HOPPER_P,
+        "reps": reps,
+        "first_call_s": compile_s,
+        "rows": rows,
+    }
+
+
+CHILDREN = {"jaxes": solve_jaxes, "brax": solve_brax, "overhead": overhead, "hopper": hopper}
+
+
+def run_child(spec: dict) -> None:
+    kind = spec.pop("kind")
+    result = CHILDREN[kind](**spec)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: spawn the children, tabulate, write JSON.
+# --------------------------------------------------------------------------------------------
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def spawn(spec: dict, timeout: float) -> dict:
+    """Runs one child in a fresh process; notes the CPU share other processes took meanwhile."""
+    import resource
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    busy0, wall0 = busy_cpu_seconds(), time.perf_counter()
+    own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter() - wall0
+    own = (own1.ru_utime - own0.ru_utime) + (own1.ru_stime - own0.ru_stime)
+    other = max(0.0, busy_cpu_seconds() - busy0 - own)
+    extra = {"other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3)}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :]) | extra
+    tail = (proc.stderr or proc.stdout)[-3000:]
+    raise RuntimeError(f"child {spec} failed with exit code {proc.returncode}:\n{tail}")
+
+
+def machine_info(argv: list[str]) -> dict:
+    from importlib.metadata import version
+
+    def cpuinfo(field: str) -> str:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
+        return "unknown"
+
+    return {
+        "cpu_model": cpuinfo("model name"),
+        "cpu_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "brax": version("brax"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join(["python", os.path.relpath(argv[0], REPO), *argv[1:]]),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def solve_runs(seeds: int, generations: int, timeout: float) -> list[dict]:
+    """Interleaved: jaxes seed 0, Brax seed 0, jaxes seed 1, ..."""
+    runs = []
+    for seed in range(seeds):
+        for lib in ("jaxes", "brax"):
+            spec = {"kind": lib, "seed": seed, "generations": generations}
+            result = spawn(spec, timeout) | {"library": lib, "seed": seed}
+            print(f"  {lib:5} seed {seed}: {fmt_solve(result)}", flush=True)
+            runs.append(result)
+    return runs
+
+
+def solve_summary(runs: list[dict]) -> dict:
+    per_seed, by_lib = [], {}
+    for seed in sorted({r["seed"] for r in runs}):
+        j, b = pair(runs, seed)
+        ratio = j["wall_s"] / b["wall_s"] if j["solved"] and b["solved"] else None
+        per_seed.append({"seed": seed, "jaxes_s": j["wall_s"], "brax_s": b["wall_s"]})
+        per_seed[-1]["ratio"] = ratio
+    for lib in LIBS:
+        times = [r["wall_s"] for r in runs if r["library"] == lib and r["solved"]]
+        gens = [r["generations"] for r in runs if r["library"] == lib and r["solved"]]
+        by_lib[lib] = {
+            "solved": f"{len(times)}/{sum(r['library'] == lib for r in runs)}",
+            "median_s": statistics.median(times) if times else None,
+            "median_generations": statistics.median(gens) if gens else None,
+        }
+    ratios = [x["ratio"] for x in per_seed if x["ratio"] is not None]
+    medians = [by_lib[x]["median_s"] for x in LIBS]
+    return {
+        "per_seed": per_seed,
+        "by_library": by_lib,
+        "median_of_ratios": statistics.median(ratios) if ratios else None,
+        "ratio_of_medians": medians[0] / medians[1] if None not in medians else None,
+        "target": "jaxes wall time <= 0.5 x Brax ES",
+    }
+
+
+LIBS = ("jaxes", "brax")
+
+
+def pair(runs: list[dict], seed: int) -> tuple[dict, dict]:
+    """The jaxes and the Brax run of one seed."""
+    j, b = (next(r for r in runs if r["seed"] == seed and r["library"] == x) for x in LIBS)
+    return j, b
+
+
+def time_split_lines(runs: list[dict]) -> list[str]:
+    """Where the time to solve went: compilation share, jaxes' setup, the big programs."""
+
+    def med(values):
+        return statistics.median(values) if values else float("nan")
+
+    def programs(lib):
+        names = [n for r in runs if r["library"] == lib for n, _ in r["xla"]["big_compiles"]]
+        seeds = sum(r["library"] == lib for r in runs)
+        return ", ".join(f"{n} x{names.count(n) / seeds:g}" for n in dict.fromkeys(names))
+
+    solved = {lib: [r for r in runs if r["library"] == lib and r["solved"]] for lib in LIBS}
+    share = {lib: med([r["xla"]["compile_s"] / r["wall_s"] for r in solved[lib]]) for lib in LIBS}
+    jaxes = solved["jaxes"]
+    return [
+        f"XLA compilation, median share of the time to solve: jaxes {share['jaxes']:.0%}, "
+        f"Brax {share['brax']:.0%}",
+        f"jaxes median: build {med([r['phases']['build_s'] for r in jaxes]):.1f} s, init_state "
+        f"{med([r['phases']['init_state_s'] for r in jaxes]):.1f} s, first block returned at "
+        f"{med([r['first_eval_s'] for r in jaxes]):.1f} s",
+        f"Brax median: evaluation before training returned at "
+        f"{med([r['eval_before_training_s'] for r in solved['brax']]):.1f} s",
+        f"compiles > 1 s per run: jaxes {programs('jaxes')}; Brax {programs('brax')}",
+    ]
+
+
+def fmt_solve(r: dict) -> str:
+    if not r["solved"]:
+        return f"not solved (last eval {r['evals'][-1]['return'] if r['evals'] else None})"
+    return (
+        f"{r['wall_s']:.1f} s, {r['generations']} generations, first eval at "
+        f"{r['first_eval_s']:.1f} s, XLA compile {r['xla']['compile_s']:.1f} s in "
+        f"{r['xla']['compiles']} programs (CPU share of others {r['other_cpu_share']:.0%})"
+    )
+
+
+def fmt(x, spec: str) -> str:
+    width = "".join(c for c in spec.split(".")[0] if c.isdigit())
+    return format("-", f">{width or 1}") if x is None else format(x, spec)
+
+
+def format_report(result: dict) -> str:
+    solve = result["solve"]["summary"]
+    lines = [
+        f"1. Time to solve {ENV} ({BACKEND}, episode {EPISODE}, return >= {SOLVED_AT:g}), "
+        f"{ROLLOUTS} rollouts/generation, compile included",
+        "(s: wall seconds to the solve; xla: of which XLA compilation; gens: generations run;"
+        " others: CPU share other processes took during the jaxes / Brax run)",
+        f"{'seed':>4}  {'jaxes s':>8}  {'xla':>5}  {'gens':>4}  {'brax s':>8}  {'xla':>5}  "
+        f"{'gens':>4}  {'jaxes/brax':>10}  {'others':>9}",
+    ]
+    runs = result["solve"]["runs"]
+    for row in solve["per_seed"]:
+        j, b = pair(runs, row["seed"])
+        lines.append(
+            f"{row['seed']:>4}  {fmt(j['wall_s'], '8.1f')}  {j['xla']['compile_s']:5.1f}  "
+            f"{fmt(j['generations'], '>4')}  {fmt(b['wall_s'], '8.1f')}  "
+            f"{b['xla']['compile_s']:5.1f}  {fmt(b['generations'], '>4')}  "
+            f"{fmt(row['ratio'], '10.2f')}  "
+            f"{j['other_cpu_share']:4.0%}/{b['other_cpu_share']:4.0%}"
+        )
+    jl, bl = solve["by_library"]["jaxes"], solve["by_library"]["brax"]
+    lines += [
+        f"{'med':>4}  {fmt(jl['median_s'], '8.1f')}  {'':5}  {fmt(jl['median_generations'], '>4')}"
+        f"  {fmt(bl['median_s'], '8.1f')}  {'':5}  {fmt(bl['median_generations'], '>4')}  "
+        f"{fmt(solve['ratio_of_medians'], '10.2f')}",
+        f"solved: jaxes {jl['solved']}, brax {bl['solved']}; median of per-seed ratios "
+        f"{fmt(solve['median_of_ratios'], '.2f')} (target <= 0.5)",
+        *time_split_lines(runs),
+        "",
+        f"2. jaxes ES overhead, P={ROLLOUTS}, episode {EPISODE} (target <= 1.05)",
+        f"{'gen':>4}  {'env steps':>9}  {'alive':>6}  {'gen ms':>8}  {'rollout ms':>10}  "
+        f"{'ask+tell ms':>11}  {'ratio':>6}",
+    ]
+    for r in result["overhead"]["rows"]:
+        lines.append(
+            f"{r['generation']:>4}  {r['env_steps']:>9}  {r['alive_steps']:>6}  "
+            f"{r['generation_s'] * 1e3:8.2f}  {r['rollout_s'] * 1e3:10.2f}  "
+            f"{r['ask_tell_s'] * 1e3:11.3f}  {r['ratio']:6.3f}"
+        )
+    hop = result["hopper"]
+    lines += [
+        "",
+        f"3. hopper ({BACKEND}, episode {HOPPER_EPISODE}, P={HOPPER_P}): early exit vs one "
+        f"full-length chunk; first calls (compile) {hop['first_call_s']}",
+        f"{'gen':>4}  {'env steps':>9}  {'full':>7}  {'steps %':>7}  {'early s':>8}  "
+        f"{'full s':>7}  {'time %':>6}  same fitness",
+    ]
+    for r in hop["rows"]:
+        lines.append(
+            f"{r['generation']:>4}  {r['env_steps']:>9}  {r['full_length_steps']:>7}  "
+            f"{r['step_fraction']:7.1%}  {r['early_exit_s']:8.3f}  {r['full_length_s']:7.3f}  "
+            f"{r['time_fraction']:6.1%}  {r['same_fitness']}"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, small budgets (smoke run)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per library (default 3)")
+    parser.add_argument("--generations", type=int, default=None, help="budget (default 100)")
+    parser.add_argument("--overhead-train", type=int, default=None, help="default 20")
+    parser.add_argument("--hopper-generations", type=int, default=None, help="default 6")
+    parser.add_argument("--reps", type=int, default=None, help="timed calls (default 30)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
+    parser.add_argument("--out", default=None, help="JSON path")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    defaults = {
+        "seeds": 1 if quick else 3,
+        "generations": 60 if quick else 100,
+        "overhead_train": 10 if quick else 20,
+        "hopper_generations": 2 if quick else 6,
+        "reps": 5 if quick else 30,
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.generations % EVAL_EVERY:
+        parser.error(f"--generations must be a multiple of {EVAL_EVERY}")
+    name = "brax_vs_brax_es_quick.json" if quick else "brax_vs_brax_es.json"
+    args.out = Path(args.out) if args.out else RESULTS / name
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv[1:])
+    if args.child:
+        run_child(json.loads(args.child))
+        return
+    result = {"machine": machine_info(argv)}
+    result["settings"] = {
+        "env": ENV,
+        "backend": BACKEND,
+        "episode_length": EPISODE,
+        "solved_at": SOLVED_AT,
+        "rollouts_per_generation": ROLLOUTS,
+        "generation_budget": args.generations,
+        "seeds": args.seeds,
+        "eval_every_generations": EVAL_EVERY,
+        "eval_episodes": EVAL_EPISODES,
+        "jaxes": f"open_es P={ROLLOUTS} antithetic, sigma={SIGMA}, adam({LEARNING_RATE}), "
+        f"centered_rank, normalize_observations, mlp {HIDDEN} tanh (deterministic)",
+        "brax": f"es.train population_size={ROLLOUTS // 2} (x2 +/-), perturbation_std={SIGMA}, "
+        f"adam({LEARNING_RATE}), CENTERED_RANK, center_fitness=False, normalize_observations, "
+        f"MLP {HIDDEN} + tanh-Gaussian head (sampled actions in training), "
+        f"deterministic_eval, num_eval_envs={EVAL_EPISODES}, "
+        f"num_evals={args.generations // EVAL_EVERY + 1}, "
+        f"num_timesteps={args.generations * ROLLOUTS * EPISODE}",
+        "persistent_compilation_cache": "off (checked in every child)",
+    }
+    print(f"1. time to solve, {args.seeds} seed(s), budget {args.generations} generations")
+    runs = solve_runs(args.seeds, args.generations, args.timeout)
+    result["solve"] = {"runs": runs, "summary": solve_summary(runs)}
+    print("2. ES overhead")
+    spec = {"kind": "overhead", "train_generations": args.overhead_train, "reps": args.reps}
+    result["overhead"] = spawn(spec, args.timeout)
+    print("3. hopper early exit")
+    reps = max(3, args.reps // 5)
+    spec = {"kind": "hopper", "generations": args.hopper_generations, "reps": reps}
+    result["hopper"] = spawn(spec, args.timeout)
+    result["machine"]["load_average_at_end"] = os.getloadavg()
+    report = format_report(result)
+    print("\n" + report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwritten to {os.path.relpath(args.out, REPO)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
