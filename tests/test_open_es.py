@@ -207,3 +207,11 @@ def test_bad_fitness_fails_at_trace_time(fitness, match):
     state = ES.init(jax.random.key(0), PARAMS)
     with pytest.raises(ValueError, match=match):
         jax.jit(ES.tell)(state, fitness)
+
+
+def test_state_can_be_donated():
+    step = jax.jit(generation, donate_argnums=0)
+    state = ES.init(jax.random.key(0), PARAMS)
+    for key in jax.random.split(jax.random.key(1), 2):
+        state, _ = step(state, key)
+    assert int(state.generation) == 2

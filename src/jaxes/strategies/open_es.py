@@ -134,7 +134,8 @@ def open_es(
             key=ask_key,
             generation=jnp.zeros((), jnp.int32),
             noise_state=perturbations.source.init(table_key, params),
-            best_params=params,
+            # A buffer of its own, so callers may donate the state to jit.
+            best_params=jax.tree.map(jnp.copy, params),
             best_fitness=jnp.full((), -jnp.inf, jnp.float32),
         )
 
