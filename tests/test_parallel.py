@@ -186,3 +186,17 @@ def test_process_id_outside_the_process_count(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     assert "process_id: expected 0 <= process_id < num_processes (2), got 2" in err
+
+
+@pytest.mark.slow
+def test_mismatched_process_counts_are_refused(tmp_path):
+    port = free_port()
+    coordinator = launch(0, 2, port, tmp_path / "r")
+    other = launch(1, 3, port, tmp_path / "r")
+    try:
+        _, err = other.communicate(timeout=300)
+    finally:
+        coordinator.kill()
+        coordinator.communicate()
+    assert other.returncode == 2
+    assert "num_processes: this process was started with 3, but the coordinator" in err

@@ -130,6 +130,12 @@ def initialize_distributed(
             f"{coordinator_address} within {timeout_s} s (are all processes started with the "
             f"same address and process count?): {str(err).splitlines()[0]}"
         ) from err
+    if jax.process_count() != num_processes:
+        raise ValueError(
+            f"num_processes: this process was started with {num_processes}, but the "
+            f"coordinator at {coordinator_address} runs {jax.process_count()}; start every "
+            "process with the same count"
+        )
     return True
 
 
