@@ -33,8 +33,10 @@ def main() -> None:
     params = jax.tree.map(lambda x: x[0], state.strategy_state.params)
     same = all(bool(jnp.all(x == x[0])) for x in jax.tree.leaves(state.strategy_state.params))
     final = float(task.evaluate_policy(None, params, None)[0])
-    print(f"{n} devices, P={strategy.population_size}: fitness {start:.2f} -> {final:.2f}; "
-          f"replicas identical: {same}")
+    print(
+        f"{n} devices, P={strategy.population_size}: fitness {start:.2f} -> {final:.2f}; "
+        f"replicas identical: {same}"
+    )
 
 
 if __name__ == "__main__":
