@@ -31,18 +31,21 @@ def _quiet_orbax():
     return ocp
 
 
-def _is_key(x) -> bool:
+def is_key(x) -> bool:
+    """Whether ``x`` is an array of typed PRNG keys."""
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _unwrap_keys(tree):
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+def unwrap_keys(tree):
+    """Typed PRNG keys replaced by their raw ``uint32`` data."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
 
 
-def _rewrap_keys(tree, like):
+def rewrap_keys(tree, like):
+    """Raw key data turned back into typed keys wherever ``like`` holds keys."""
     return jax.tree.map(
         lambda x, ref: (
-            jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref)) if _is_key(ref) else x
+            jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref)) if is_key(ref) else x
         ),
         tree,
         like,
@@ -52,21 +55,20 @@ def _rewrap_keys(tree, like):
 class Checkpointer:
     """Saves and restores one run's states under ``directory`` (keeps the newest ``keep``)."""
 
-    def __init__(self, directory: str, keep: int = 3, primary: bool = True):
+    def __init__(self, directory: str, keep: int = 3, create: bool = True):
         ocp = _quiet_orbax()
         self._ocp = ocp
         self.directory = os.path.abspath(directory)
-        self.primary = primary
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, create=primary, enable_async_checkpointing=False
+                max_to_keep=keep, create=create, enable_async_checkpointing=False
             ),
         )
 
     def save(self, step: int, state: Any) -> None:
         """Writes ``state`` as checkpoint ``step`` and waits until it is complete on disk."""
-        self._manager.save(step, args=self._ocp.args.StandardSave(_unwrap_keys(state)), force=True)
+        self._manager.save(step, args=self._ocp.args.StandardSave(unwrap_keys(state)), force=True)
         self._manager.wait_until_finished()
 
     def latest_step(self) -> int | None:
@@ -82,7 +84,7 @@ class Checkpointer:
         # Restoring into ``like``'s shardings puts a replicated state straight onto its mesh.
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-            _unwrap_keys(like),
+            unwrap_keys(like),
         )
         try:
             raw = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
@@ -91,7 +93,7 @@ class Checkpointer:
                 f"checkpoint {step} in {self.directory} cannot be read ({type(err).__name__}: "
                 f"{str(err).splitlines()[0] if str(err) else 'no detail'})"
             ) from err
-        return step, _rewrap_keys(raw, like)
+        return step, rewrap_keys(raw, like)
 
     def close(self) -> None:
         self._manager.close()

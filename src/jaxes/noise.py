@@ -175,12 +175,6 @@ class Perturbations:
         """How many independent ``ε_j`` one population uses."""
         return self.population_size // 2 if self.antithetic else self.population_size
 
-    def base_index(self, i):
-        """``(j, sign)`` of member ``i``: which base perturbation, and with which sign."""
-        if self.antithetic:
-            return i // 2, 1.0 - 2.0 * (i % 2)
-        return i, jnp.float32(1.0)
-
     def base(self, noise_state, key, j, like: Params) -> Params:
         """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
         return self.source.sample(noise_state, jax.random.fold_in(key, j), like)
@@ -193,9 +187,8 @@ class Perturbations:
 
     def member(self, noise_state, key, i, params: Params, sigma) -> Params:
         """Member ``i`` alone; bit-identical to row ``i`` of ``population``."""
-        j, _ = self.base_index(i)
+        j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
         group = self._members_of_base(noise_state, key, j, params, sigma)
-        slot = i % 2 if self.antithetic else 0
         return jax.tree.map(lambda g: g[slot], group)
 
     def population(self, noise_state, key, params: Params, sigma) -> Params:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxes.checkpoint import is_key, rewrap_keys, unwrap_keys
 from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
 from jaxes.step import TrainState, generation_step
 from jaxes.strategies import open_es
@@ -160,32 +161,15 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
 
 def place(state: TrainState, mesh) -> TrainState:
     """``state`` replicated on every device of ``mesh`` (of every process)."""
-    keys = jax.tree.map(_is_key, state)
-    data = jax.tree.map(lambda x, k: jax.random.key_data(x) if k else x, state, keys)
-    host = jax.tree.map(np.asarray, to_host(data))
-    impls = jax.tree.map(lambda x, k: jax.random.key_impl(x) if k else None, state, keys)
-
-    def rewrap(tree):
-        return jax.tree.map(
-            lambda x, k, impl: jax.random.wrap_key_data(x, impl=impl) if k else x,
-            tree,
-            keys,
-            impls,
-            is_leaf=lambda x: x is None,
-        )
-
-    return jax.jit(rewrap, out_shardings=replicated(mesh))(host)
-
-
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+    host = to_host(unwrap_keys(state))
+    return jax.jit(lambda data: rewrap_keys(data, state), out_shardings=replicated(mesh))(host)
 
 
 def to_host(tree):
     """Arrays as this process's local copy (works for arrays replicated across processes)."""
     return jax.tree.map(
         lambda x: (
-            np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) and not _is_key(x) else x
+            np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) and not is_key(x) else x
         ),
         tree,
     )
@@ -381,7 +365,7 @@ def load_run(out: str) -> tuple[TrainConfig, Strategy, Task, int, TrainState]:
     with open(path) as f:
         config = TrainConfig.from_dict(json.load(f))
     strategy, task = build(config)
-    ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"), primary=False)
+    ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"), create=False)
     step, state = ckpt.restore(init_state(strategy, task, config.seed))
     ckpt.close()
     return config, strategy, task, step, state
