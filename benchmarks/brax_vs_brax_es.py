@@ -21,10 +21,12 @@ What it measures (all on this machine, in one run):
    Brax's generation count comes from a wrapper on its training env whose `reset` (once per
    generation) ticks a host counter through `jax.debug.callback`.
 
-2. ES overhead of jaxes: seconds per generation (ask + evaluate + tell, one jitted
-   `generation_step`) over seconds of the rollout alone (`task.evaluate`, jitted) on the
-   very population that `ask` draws from the same state with the same key, so both simulate
-   the same env steps (the rollout stops early once every episode has ended). Timed at a
+2. ES overhead of jaxes: seconds per generation over seconds of the rollout alone
+   (`task.evaluate`, jitted) on the very populations that `ask` draws from the same states
+   with the same keys, so both simulate the same env steps (the rollout stops early once
+   every episode has ended). Measured two ways: `EVAL_EVERY` generations fused with
+   `lax.scan` (what `jaxes train` runs) against the same `EVAL_EVERY` rollouts in one
+   program (`lax.map`), and one jitted `generation_step` against one jitted rollout. Timed at a
    fresh state (short episodes) and after `--overhead-train` generations (long ones);
    median of `--reps` interleaved calls after warm-up. Also ask + tell alone.
 
@@ -283,7 +285,7 @@ def population_inputs(strategy, state):
 
 
 def overhead(train_generations: int, reps: int) -> dict:
-    """jaxes seconds per generation over seconds of the rollout alone, same population."""
+    """jaxes seconds per generation over seconds of the rollouts alone, same populations."""
     jax = quiet_imports()
     import jax.numpy as jnp
 
@@ -291,8 +293,17 @@ def overhead(train_generations: int, reps: int) -> dict:
 
     strategy, task = train.build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
     state = train.init_state(strategy, task, 0)
-    step = jax.jit(train.generation_step(strategy, task))
+    step_fn = train.generation_step(strategy, task)
+    step = jax.jit(step_fn)
     evaluate = jax.jit(task.evaluate)
+
+    @jax.jit
+    def block(s):  # what `jaxes train` runs: EVAL_EVERY generations fused with lax.scan
+        return jax.lax.scan(lambda c, _: step_fn(c), s, None, EVAL_EVERY)
+
+    @jax.jit
+    def rollouts(inputs):  # the same EVAL_EVERY rollouts, also in one program
+        return jax.lax.map(lambda i: task.evaluate(*i), inputs)
 
     @jax.jit
     def ask_tell(s):
@@ -301,32 +312,41 @@ def overhead(train_generations: int, reps: int) -> dict:
         return strategy.tell(ss, fitness)
 
     def advance(s, generations):
-        return jax.lax.scan(lambda c, _: step(c), s, None, generations)[0]
+        return jax.lax.scan(lambda c, _: step_fn(c), s, None, generations)[0]
 
     rows = []
     for trained in sorted({0, train_generations}):
         state_t = jax.block_until_ready(jax.jit(advance, static_argnums=1)(state, trained))
-        key, population, task_state = population_inputs(strategy, state_t)
-        _, metrics = step(state_t)
-        fitness, _, info = evaluate(key, population, task_state)
-        assert int(metrics["env_steps"]) == int(info.env_steps), "not the same rollout"
+        states = [state_t]
+        for _ in range(EVAL_EVERY - 1):
+            states.append(step(states[-1])[0])
+        inputs = [population_inputs(strategy, s) for s in states]
+        stacked = jax.tree.map(lambda *x: jnp.stack(x), *inputs)
+        _, metrics = block(state_t)
+        fitness, _, info = rollouts(stacked)
+        assert (metrics["env_steps"] == info.env_steps).all(), "not the same rollouts"
+        t_block, t_rollouts = time_pair(
+            lambda s=state_t: block(s), lambda x=stacked: rollouts(x), reps
+        )
         t_step, t_eval = time_pair(
-            lambda s=state_t: step(s),
-            lambda k=key, p=population, ts=task_state: evaluate(k, p, ts),
-            reps,
+            lambda s=state_t: step(s), lambda i=inputs[0]: evaluate(*i), reps
         )
         t_asktell, _ = time_pair(lambda s=state_t: ask_tell(s), lambda: None, reps)
         rows.append(
             {
                 "generation": trained,
-                "env_steps": int(info.env_steps),
-                "alive_steps": int(info.alive_steps),
-                "full_length_steps": ROLLOUTS * EPISODE,
+                "block_generations": EVAL_EVERY,
+                "env_steps": int(jnp.sum(info.env_steps)),
+                "alive_steps": int(jnp.sum(info.alive_steps)),
+                "full_length_steps": EVAL_EVERY * ROLLOUTS * EPISODE,
                 "mean_fitness": float(jnp.mean(fitness)),
-                "generation_s": t_step,
-                "rollout_s": t_eval,
+                "block_s": t_block,
+                "rollouts_s": t_rollouts,
+                "ratio": t_block / t_rollouts,
+                "single_generation_s": t_step,
+                "single_rollout_s": t_eval,
+                "single_ratio": t_step / t_eval,
                 "ask_tell_s": t_asktell,
-                "ratio": t_step / t_eval,
             }
         )
     return {"population": ROLLOUTS, "episode_length": EPISODE, "reps": reps, "rows": rows}
@@ -568,15 +588,19 @@ def format_report(result: dict) -> str:
         f"{fmt(solve['median_of_ratios'], '.2f')} (target <= 0.5)",
         *time_split_lines(runs),
         "",
-        f"2. jaxes ES overhead, P={ROLLOUTS}, episode {EPISODE} (target <= 1.05)",
-        f"{'gen':>4}  {'env steps':>9}  {'alive':>6}  {'gen ms':>8}  {'rollout ms':>10}  "
-        f"{'ask+tell ms':>11}  {'ratio':>6}",
+        f"2. jaxes ES overhead, P={ROLLOUTS}, episode {EPISODE} (target <= 1.05): "
+        f"{EVAL_EVERY} generations fused with lax.scan (as `jaxes train` runs them) vs the "
+        f"same {EVAL_EVERY} rollouts in one program; and one jitted generation vs one rollout",
+        f"{'gen':>4}  {'env steps':>9}  {'alive':>6}  {'block ms':>8}  {'rollouts ms':>11}  "
+        f"{'ratio':>6}  {'1 gen ms':>8}  {'1 rollout ms':>12}  {'ratio':>6}  "
+        f"{'ask+tell ms':>11}",
     ]
     for r in result["overhead"]["rows"]:
         lines.append(
             f"{r['generation']:>4}  {r['env_steps']:>9}  {r['alive_steps']:>6}  "
-            f"{r['generation_s'] * 1e3:8.2f}  {r['rollout_s'] * 1e3:10.2f}  "
-            f"{r['ask_tell_s'] * 1e3:11.3f}  {r['ratio']:6.3f}"
+            f"{r['block_s'] * 1e3:8.2f}  {r['rollouts_s'] * 1e3:11.2f}  {r['ratio']:6.3f}  "
+            f"{r['single_generation_s'] * 1e3:8.2f}  {r['single_rollout_s'] * 1e3:12.2f}  "
+            f"{r['single_ratio']:6.3f}  {r['ask_tell_s'] * 1e3:11.3f}"
         )
     hop = result["hopper"]
     lines += [

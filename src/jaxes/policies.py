@@ -8,6 +8,7 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu}
 
@@ -55,8 +56,9 @@ def mlp(
     if any(int(h) < 1 for h in hidden_sizes):
         raise ValueError(f"hidden_sizes: expected positive ints, got {tuple(hidden_sizes)}")
     module = _MLP(tuple(int(h) for h in hidden_sizes), action_size, ACTIVATIONS[activation])
-    low = jnp.broadcast_to(jnp.asarray(action_low, jnp.float32), (action_size,))
-    high = jnp.broadcast_to(jnp.asarray(action_high, jnp.float32), (action_size,))
+    # numpy constants: building a policy compiles nothing.
+    low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
+    high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))
 
     def init(key):
         return module.init(key, jnp.zeros(obs_size))
