@@ -16,7 +16,7 @@ from conftest import TINY_FLAGS
 import jaxes
 from jaxes import parallel, train
 from jaxes.step import generation_step
-from jaxes.tasks.brax import brax_task
+from jaxes.tasks.brax import brax_task, observation_size
 from jaxes.tasks.functions import function_task
 
 GENERATIONS = 20
@@ -26,16 +26,16 @@ FN_TASK = function_task("rosenbrock", 10, start=0.0)
 BRAX_TASK = brax_task("inverted_pendulum", "spring", 50, "mlp", hidden_sizes=(32, 32))
 
 
-def one_device(task):
-    step = generation_step(STRATEGY, task)
-    state = train.init_state(STRATEGY, task, seed=0)
+def one_device(task, strategy=STRATEGY):
+    step = generation_step(strategy, task)
+    state = train.init_state(strategy, task, seed=0)
     return jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
 
 
-def shard_mapped(task):
+def shard_mapped(task, strategy=STRATEGY):
     mesh = parallel.make_mesh(N)
-    step = parallel.sharded_step(STRATEGY, task, mesh)
-    state = train.place(train.init_state(STRATEGY, task, seed=0), mesh)
+    step = parallel.sharded_step(strategy, task, mesh)
+    state = train.place(train.init_state(strategy, task, seed=0), mesh)
     return jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
 
 
@@ -79,6 +79,31 @@ def test_one_device_shard_map_and_pmap_agree(task):
     assert moved > 1e-3  # the runs really trained
 
 
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        jaxes.pgpe(16, 0.05, center_learning_rate=0.05),
+        jaxes.snes(16, 0.05),
+        jaxes.ars(16, 0.05, learning_rate=0.05, top_k=4),
+        jaxes.sep_cma_es(16, 0.05),
+    ],
+    ids=["pgpe", "snes", "ars", "sep_cma_es"],
+)
+def test_every_strategy_splits_over_devices(strategy):
+    single = one_device(FN_TASK, strategy).strategy_state
+    split = shard_mapped(FN_TASK, strategy).strategy_state
+    assert max_diff(single.params, split.params) <= 1e-5
+    floats = [  # σ, evolution paths and optimizer state too, not only the mean
+        (a, b)
+        for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(split), strict=True)
+        if jnp.issubdtype(a.dtype, jnp.floating)
+    ]
+    assert max(max_diff(a, b) for a, b in floats) <= 1e-5
+    assert (
+        max_diff(single.params, train.init_state(strategy, FN_TASK, 0).strategy_state.params) > 1e-3
+    )
+
+
 def collectives(hlo_text):
     """(op, element count) of every cross-device collective in compiled HLO."""
     found = []
@@ -98,7 +123,7 @@ def test_only_fitness_and_fixed_statistics_cross_devices():
     hlo = step.lower(state).compile().as_text()
     found = collectives(hlo)
     n_params = sum(x.size for x in jax.tree.leaves(state.strategy_state.params))
-    obs = BRAX_TASK.env.observation_size
+    obs = observation_size(BRAX_TASK.env)
     assert found, "expected a gather of fitness values"
     assert n_params > 20 * STRATEGY.population_size  # a parameter-sized transfer would show
     # Fitness (P) and per-member observation moments (P × obs), nothing parameter-sized.

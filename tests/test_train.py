@@ -63,6 +63,20 @@ def test_default_run_learns_inverted_pendulum(tmp_path):
     assert json.loads((out / "config.json").read_text())["env"] == "inverted_pendulum"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["pgpe", "snes", "ars", "sep_cma_es"])
+def test_every_strategy_learns_inverted_pendulum_with_its_defaults(strategy, tmp_path):
+    # The default task (1000-step episodes, P = 32, linear policy), 40 generations.
+    config = train.TrainConfig(strategy=strategy, generations=40, checkpoint_every=40)
+    with open(os.devnull, "w") as quiet:
+        train.run(config, str(tmp_path / "run"), stream=quiet, plot=False)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [x["eval_return"] for x in lines if x.get("eval_return") is not None]
+    assert max(evals) >= 950, evals
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["sigma"], saved["learning_rate"]) == train.STRATEGY_DEFAULTS[strategy]
+
+
 @pytest.fixture(scope="session")
 def uninterrupted(tiny_run):
     return tiny_run

@@ -14,7 +14,16 @@ from jaxes import centroid, noise, shaping, testing
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.noise import NoiseSource, Perturbations
 from jaxes.shaping import centered_rank, raw, z_score
-from jaxes.strategies import OpenESInfo, OpenESState, open_es
+from jaxes.strategies import (
+    OpenESInfo,
+    OpenESState,
+    StrategyInfo,
+    ars,
+    open_es,
+    pgpe,
+    sep_cma_es,
+    snes,
+)
 from jaxes.types import Strategy
 
 __version__ = "0.1.0"
@@ -26,14 +35,19 @@ __all__ = [
     "Perturbations",
     "PopulationMoments",
     "Strategy",
+    "StrategyInfo",
+    "ars",
     "centered_rank",
     "centroid",
     "classical_estimator",
     "displacement_update",
     "noise",
     "open_es",
+    "pgpe",
     "raw",
+    "sep_cma_es",
     "shaping",
+    "snes",
     "testing",
     "z_score",
 ]

@@ -38,12 +38,17 @@ class PopulationMoments(NamedTuple):
       count: ``P``.
       mass_moment: ``Σ m_i δ_i`` (pytree like the params).
       displacement_sum: ``Σ δ_i`` (pytree like the params).
+      mass_square_moment: ``Σ m_i δ_i²`` per coordinate, or ``None`` when not needed
+        (strategies that adapt a per-coordinate σ use it).
+      square_sum: ``Σ δ_i²`` per coordinate, or ``None``.
     """
 
     total_mass: jax.Array
     count: int
     mass_moment: Params
     displacement_sum: Params
+    mass_square_moment: Params | None = None
+    square_sum: Params | None = None
 
 
 def masses(weights: jax.Array) -> jax.Array:
@@ -56,23 +61,42 @@ def masses(weights: jax.Array) -> jax.Array:
     return weights - jnp.min(weights)
 
 
-def moments(displacements: Params, mass: jax.Array) -> PopulationMoments:
+def moments(displacements: Params, mass: jax.Array, squares: bool = False) -> PopulationMoments:
     """Summarises an explicit population (leaves with leading axis ``P``).
 
     Args:
       displacements: ``δ_i = x_i - θ`` as a pytree whose leaves have leading axis ``P``.
       mass: ``(P,)`` non-negative masses.
+      squares: also the second moments ``Σ m_i δ_i²`` and ``Σ δ_i²``.
     """
     mass = jnp.asarray(mass, jnp.float32)
+    d32 = jax.tree.map(lambda d: d.astype(jnp.float32), displacements)
 
     def weighted(d):
-        return jnp.tensordot(mass, d.astype(jnp.float32), axes=(0, 0), precision=_HIGHEST)
+        return jnp.tensordot(mass, d, axes=(0, 0), precision=_HIGHEST)
 
+    sq = jax.tree.map(jnp.square, d32) if squares else None
     return PopulationMoments(
         total_mass=jnp.sum(mass),
         count=mass.shape[0],
-        mass_moment=jax.tree.map(weighted, displacements),
-        displacement_sum=jax.tree.map(lambda d: jnp.sum(d.astype(jnp.float32), 0), displacements),
+        mass_moment=jax.tree.map(weighted, d32),
+        displacement_sum=jax.tree.map(lambda d: jnp.sum(d, 0), d32),
+        mass_square_moment=jax.tree.map(weighted, sq) if squares else None,
+        square_sum=jax.tree.map(lambda d: jnp.sum(d, 0), sq) if squares else None,
+    )
+
+
+def scale_moments(m: PopulationMoments, factor) -> PopulationMoments:
+    """The moments of the population with every displacement multiplied by ``factor``."""
+
+    def times(tree, power):
+        return None if tree is None else jax.tree.map(lambda x: x * factor**power, tree)
+
+    return m._replace(
+        mass_moment=times(m.mass_moment, 1),
+        displacement_sum=times(m.displacement_sum, 1),
+        mass_square_moment=times(m.mass_square_moment, 2),
+        square_sum=times(m.square_sum, 2),
     )
 
 
@@ -86,6 +110,19 @@ def centre_of_mass(m: PopulationMoments) -> Params:
     positive = m.total_mass > 0
     safe_total = jnp.where(positive, m.total_mass, 1.0)
     return jax.tree.map(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_moment)
+
+
+def mass_spread(m: PopulationMoments) -> Params:
+    """``Σ m_i δ_i² / Σ m_i``: per-coordinate second moment of the mass-weighted cloud about θ
+    (zero when the total mass is zero)."""
+    positive = m.total_mass > 0
+    safe_total = jnp.where(positive, m.total_mass, 1.0)
+    return jax.tree.map(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_square_moment)
+
+
+def plain_spread(m: PopulationMoments) -> Params:
+    """``(1/P) Σ δ_i²``: per-coordinate second moment of the plain cloud about θ."""
+    return jax.tree.map(lambda s: s / m.count, m.square_sum)
 
 
 def displacement_update(m: PopulationMoments, sigma, origin: str = "centroid") -> Params:

@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 
+from jaxes import train as train_lib
 from jaxes.train import TrainConfig
 
 DEFAULTS = TrainConfig()
@@ -22,6 +23,13 @@ DEFAULTS = TrainConfig()
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
         raise SystemExit(_fail(f"{message} (see `{self.prog} --help`)"))
+
+
+def _default_text(field: str) -> str:
+    if field in ("sigma", "learning_rate"):
+        k = 0 if field == "sigma" else 1
+        return ", ".join(f"{name} {v[k]:g}" for name, v in train_lib.STRATEGY_DEFAULTS.items())
+    return str(getattr(DEFAULTS, field))
 
 
 def _fail(message: str) -> int:
@@ -44,10 +52,15 @@ TRAIN_FLAGS = [
     ("--env", "env", str, "Brax environment (see `jaxes envs`)"),
     ("--backend", "backend", str, "physics backend: generalized, positional, spring or mjx"),
     ("--episode-length", "episode_length", int, "steps per episode"),
-    ("--strategy", "strategy", str, "evolution strategy"),
+    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(train_lib.STRATEGIES)),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
-    ("--sigma", "sigma", float, "perturbation scale σ"),
-    ("--learning-rate", "learning_rate", float, "Adam learning rate"),
+    ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
+    (
+        "--learning-rate",
+        "learning_rate",
+        float,
+        f"step size of the mean: {train_lib.LEARNING_RATE_MEANING}",
+    ),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
     ("--policy", "policy", str, "linear or mlp"),
@@ -81,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
             dest=field,
             type=kind,
             default=None,
-            help=f"{text} (default: {getattr(DEFAULTS, field)})",
+            help=f"{text} (default: {_default_text(field)})",
         )
     train.add_argument(
         "--out",
@@ -162,7 +175,7 @@ def _train(args) -> int:
                 )
         config = TrainConfig.from_dict({**saved, **given})
     else:
-        config = dataclasses.replace(DEFAULTS, **given)
+        config = TrainConfig(**given)
     out = args.out or os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     summary = train.run(config, out, resume=args.resume)
     if jax.process_index() != 0:

@@ -138,7 +138,7 @@ def perturb(params: Params, sigma, eps: Params, sign) -> Params:
 
     ``sigma`` is a scalar or a pytree like ``params`` (per-coordinate σ).
     """
-    sigmas = _broadcast_like(sigma, params)
+    sigmas = broadcast_like(sigma, params)
     return jax.tree.map(
         lambda x, s, e: (x.astype(jnp.float32) + sign * (s * e)).astype(x.dtype),
         params,
@@ -147,7 +147,8 @@ def perturb(params: Params, sigma, eps: Params, sign) -> Params:
     )
 
 
-def _broadcast_like(value, params: Params) -> Params:
+def broadcast_like(value, params: Params) -> Params:
+    """``value`` if it is already a pytree like ``params``, else ``value`` at every leaf."""
     if jax.tree.structure(value) == jax.tree.structure(params) and jax.tree.leaves(value):
         return value
     return jax.tree.map(lambda _: value, params)
@@ -204,33 +205,62 @@ class Perturbations:
         Antithetic pairs are folded first (``(c_{2j} - c_{2j+1}) ε_j``), so a coefficient row
         that is constant over the population sums to exactly zero.
         """
-        coeffs = jnp.asarray(coeffs, jnp.float32)
-        if self.antithetic:
-            coeffs = coeffs[:, 0::2] - coeffs[:, 1::2]
+        return self.sums_and_squares(noise_state, key, like, coeffs, None)[0]
+
+    def sums_and_squares(
+        self, noise_state, key, like: Params, coeffs: jax.Array, square_coeffs: jax.Array | None
+    ) -> tuple[Params, Params | None]:
+        """``sums`` and, from the same regenerated noise, ``Σ_i square_coeffs[k, i] ε_{j(i)}²``.
+
+        Strategies that adapt a per-coordinate σ need the weighted second moments; a pair's
+        members share ``ε_j²``, so their square coefficients are added (not subtracted).
+        ``square_coeffs=None`` skips the squares (the second result is then ``None``).
+        """
+        coeffs = self._fold(jnp.asarray(coeffs, jnp.float32), sign=-1.0)
+        rows = [coeffs]
+        if square_coeffs is not None:
+            rows.append(self._fold(jnp.asarray(square_coeffs, jnp.float32), sign=1.0))
         n = self.num_base
         batch = n if self.batch_size is None else min(self.batch_size, n)
         n_chunks = -(-n // batch)
         padded = n_chunks * batch
         # Padding indices carry zero coefficients, so their noise never counts.
-        coeffs = jnp.pad(coeffs, ((0, 0), (0, padded - n)))
+        rows = [jnp.pad(c, ((0, 0), (0, padded - n))) for c in rows]
+
+        def weighted(c, e):
+            return jnp.tensordot(c, e, axes=(1, 0), precision=jax.lax.Precision.HIGHEST)
 
         def chunk_sum(start):
             idx = start + jnp.arange(batch)
             eps = jax.vmap(lambda j: self.base(noise_state, key, j, like))(idx)
-            c = jax.lax.dynamic_slice_in_dim(coeffs, start, batch, axis=1)
-            return jax.tree.map(
-                lambda e: jnp.tensordot(c, e, axes=(1, 0), precision=jax.lax.Precision.HIGHEST),
-                eps,
-            )
+            parts = [jax.lax.dynamic_slice_in_dim(c, start, batch, axis=1) for c in rows]
+            out = [jax.tree.map(lambda e, c=parts[0]: weighted(c, e), eps)]
+            if len(parts) > 1:
+                out.append(jax.tree.map(lambda e, c=parts[1]: weighted(c, jnp.square(e)), eps))
+            return out
 
         if n_chunks == 1:
-            return chunk_sum(0)
+            total = chunk_sum(0)
+        else:
 
-        def body(acc, start):
-            return jax.tree.map(jnp.add, acc, chunk_sum(start)), None
+            def body(acc, start):
+                return jax.tree.map(jnp.add, acc, chunk_sum(start)), None
 
-        zeros = jax.tree.map(
-            lambda x: jnp.zeros((coeffs.shape[0],) + jnp.shape(x), jnp.float32), like
-        )
-        total, _ = jax.lax.scan(body, zeros, jnp.arange(n_chunks) * batch)
-        return total
+            zeros = [
+                jax.tree.map(
+                    lambda x, k=c.shape[0]: jnp.zeros((k,) + jnp.shape(x), jnp.float32), like
+                )
+                for c in rows
+            ]
+            total, _ = jax.lax.scan(body, zeros, jnp.arange(n_chunks) * batch)
+        return total[0], (total[1] if len(total) > 1 else None)
+
+    def _fold(self, coeffs: jax.Array, sign: float) -> jax.Array:
+        """Per-member coefficients ``(K, P)`` to per-base ones ``(K, num_base)``."""
+        if coeffs.ndim != 2 or coeffs.shape[1] != self.population_size:
+            raise ValueError(
+                f"coeffs: expected shape (K, {self.population_size}), got {coeffs.shape}"
+            )
+        if self.antithetic:
+            return coeffs[:, 0::2] + sign * coeffs[:, 1::2]
+        return coeffs

@@ -63,10 +63,53 @@ def raw(fitness: jnp.ndarray) -> jnp.ndarray:
     return _finite_or_worst(fitness)
 
 
+def _ranks_best_first(fitness: jnp.ndarray) -> jnp.ndarray:
+    """0 for the best member, P-1 for the worst (ties broken by position, non-finite last)."""
+    f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(jnp.float32)
+    order = jnp.argsort(-f, stable=True)
+    return jnp.zeros(f.shape[0], jnp.int32).at[order].set(jnp.arange(f.shape[0], dtype=jnp.int32))
+
+
+def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
+    """The NES utilities (Wierstra et al. 2014, used by SNES): for rank ``k = 1..P`` (best
+    first) ``u_k = max(0, ln(P/2 + 1) - ln k) / Σ_j max(0, ln(P/2 + 1) - ln j) - 1/P``.
+
+    They sum to zero; ``u - min(u)`` are the positive log weights of the best half, summing
+    to one (the masses of weighted recombination).
+
+    Example:
+      >>> [round(float(u), 3) for u in log_rank_utilities(jnp.array([0.0, 3.0, 1.0, 2.0]))]
+      [-0.25, 0.48, -0.25, 0.02]
+    """
+    p = fitness.shape[0]
+    k = _ranks_best_first(fitness).astype(jnp.float32) + 1.0
+    raw_u = jnp.maximum(0.0, jnp.log(p / 2.0 + 1.0) - jnp.log(k))
+    return raw_u / jnp.sum(raw_u) - 1.0 / p
+
+
+def recombination_weights(elite_size: int) -> Shaping:
+    """CMA-ES weights: ``ln(μ + 1/2) - ln k`` for the best ``μ = elite_size`` members
+    (``k = 1..μ``), normalised to sum to one; zero for the rest.
+
+    Example:
+      >>> w = recombination_weights(2)(jnp.array([0.0, 3.0, 1.0, 2.0]))
+      >>> [round(float(x), 3) for x in w]
+      [0.0, 0.804, 0.0, 0.196]
+    """
+
+    def weights(fitness: jnp.ndarray) -> jnp.ndarray:
+        k = _ranks_best_first(fitness).astype(jnp.float32) + 1.0
+        raw_w = jnp.where(k <= elite_size, jnp.log(elite_size + 0.5) - jnp.log(k), 0.0)
+        return raw_w / jnp.sum(raw_w)
+
+    return weights
+
+
 SHAPINGS: dict[str, Shaping] = {
     "centered_rank": centered_rank,
     "z_score": z_score,
     "raw": raw,
+    "log_rank": log_rank_utilities,
 }
 
 

@@ -25,11 +25,30 @@ import numpy as np
 from jaxes.checkpoint import is_key, rewrap_keys, unwrap_keys
 from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
 from jaxes.step import TrainState, generation_step
-from jaxes.strategies import open_es
+from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
 from jaxes.tasks import brax as brax_tasks
 from jaxes.types import Strategy, Task
 
-STRATEGIES: dict[str, Callable[..., Strategy]] = {"open_es": open_es}
+# name -> (population_size, sigma, learning_rate) -> Strategy; "learning_rate" is each
+# strategy's step size of the mean.
+STRATEGIES: dict[str, Callable[[int, float, float], Strategy]] = {
+    "open_es": lambda p, sigma, lr: open_es(p, sigma, learning_rate=lr),
+    "pgpe": lambda p, sigma, lr: pgpe(p, sigma, center_learning_rate=lr),
+    "snes": lambda p, sigma, lr: snes(p, sigma, mean_learning_rate=lr),
+    "ars": lambda p, sigma, lr: ars(p, sigma, learning_rate=lr),
+    "sep_cma_es": lambda p, sigma, lr: sep_cma_es(p, sigma, mean_learning_rate=lr),
+}
+# Defaults (sigma, learning_rate) for Brax policies, used when the config leaves them unset.
+STRATEGY_DEFAULTS: dict[str, tuple[float, float]] = {
+    "open_es": (0.05, 0.03),
+    "pgpe": (0.05, 0.03),
+    "snes": (0.05, 1.0),
+    "ars": (0.05, 0.03),
+    "sep_cma_es": (0.05, 1.0),
+}
+LEARNING_RATE_MEANING = (
+    "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
+)
 POLICIES = ("linear", "mlp")
 
 
@@ -46,8 +65,8 @@ class TrainConfig:
     episode_length: int = 1000
     strategy: str = "open_es"
     population_size: int = 32
-    sigma: float = 0.05
-    learning_rate: float = 0.03
+    sigma: float | None = None  # None: STRATEGY_DEFAULTS[strategy]
+    learning_rate: float | None = None  # None: STRATEGY_DEFAULTS[strategy]
     generations: int = 80
     seed: int = 0
     policy: str = "linear"
@@ -77,6 +96,11 @@ class TrainConfig:
             raise ConfigError(f"devices: expected an int >= 0 (0 = all), got {self.devices!r}")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
+        default_sigma, default_lr = STRATEGY_DEFAULTS[self.strategy]
+        if self.sigma is None:
+            object.__setattr__(self, "sigma", default_sigma)
+        if self.learning_rate is None:
+            object.__setattr__(self, "learning_rate", default_lr)
         if self.policy not in POLICIES:
             raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(POLICIES)}")
         if self.backend not in brax_tasks.BACKENDS:
@@ -113,9 +137,12 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         eval_episodes=config.eval_episodes,
         normalize_observations=config.normalize_observations,
     )
-    strategy = STRATEGIES[config.strategy](
-        config.population_size, config.sigma, learning_rate=config.learning_rate
-    )
+    try:
+        strategy = STRATEGIES[config.strategy](
+            config.population_size, config.sigma, config.learning_rate
+        )
+    except ValueError as err:
+        raise ConfigError(f"{config.strategy}: {err}") from err
     return strategy, task
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxes import centroid
 from jaxes import noise as noise_lib
+from jaxes.checks import check_positive
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -27,17 +31,6 @@ def check_population_size(population_size, antithetic: bool) -> int:
             f"use {population_size - 1} or {population_size + 1}, or antithetic=False"
         )
     return int(population_size)
-
-
-def check_positive(name: str, value, allow_zero: bool = False) -> float:
-    """A finite real number > 0 (or >= 0)."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    ok = ok and float(value) == float(value) and abs(float(value)) != float("inf")
-    ok = ok and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name}: expected a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 def sigma_schedule(sigma, sigma_floor: float = 0.0) -> Schedule:
@@ -111,3 +104,142 @@ def finite_stats(fitness: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     fmax = jnp.where(count > 0, jnp.max(jnp.where(finite, fitness, -jnp.inf)), jnp.nan)
     fmin = jnp.where(count > 0, jnp.min(jnp.where(finite, fitness, jnp.inf)), jnp.nan)
     return mean, fmax, fmin
+
+
+def population_moments(
+    perturbations: noise_lib.Perturbations,
+    noise_state,
+    key: jax.Array,
+    like,
+    mass: jax.Array,
+    sigma,
+    squares: bool = False,
+) -> centroid.PopulationMoments:
+    """``PopulationMoments`` of the population ``ask`` drew with ``key``, from regenerated noise.
+
+    One pass over the noise gives ``Σ m_i δ_i`` and ``Σ δ_i`` (and, with ``squares``,
+    ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i = σ ⊙ s_i ε_{j(i)}``; ``sigma`` is a scalar
+    or a pytree like the params.
+    """
+    rows = jnp.stack([mass, jnp.ones_like(mass)])
+    sums, square_sums = perturbations.sums_and_squares(
+        noise_state, key, like, rows, rows if squares else None
+    )
+    sig = noise_lib.broadcast_like(sigma, like)
+    scaled = [jax.tree.map(lambda s, g, k=k: g * s[k], sums, sig) for k in (0, 1)]
+    if squares:
+        sq = [jax.tree.map(lambda s, g, k=k: g * g * s[k], square_sums, sig) for k in (0, 1)]
+    else:
+        sq = [None, None]
+    return centroid.PopulationMoments(
+        total_mass=jnp.sum(mass),
+        count=perturbations.population_size,
+        mass_moment=scaled[0],
+        displacement_sum=scaled[1],
+        mass_square_moment=sq[0],
+        square_sum=sq[1],
+    )
+
+
+class EstimateStats(NamedTuple):
+    """What ``estimate`` learnt about the population besides the direction.
+
+    Attributes:
+      weights: ``(P,)`` shaped fitness.
+      masses: ``(P,)`` non-negative masses (``weights - min(weights)``, or the recombination
+        weights themselves for CMA-ES).
+      moments: the population's ``centroid.PopulationMoments`` (from regenerated noise).
+      sigma: the perturbation scale of this population (scalar or per-coordinate pytree).
+    """
+
+    weights: jax.Array
+    masses: jax.Array
+    moments: centroid.PopulationMoments
+    sigma: object
+
+
+class StrategyInfo(NamedTuple):
+    """Per-generation diagnostics every strategy reports (fitness maximised; statistics over
+    finite members), so logs and ``metrics.jsonl`` have the same columns for every strategy.
+
+    Attributes:
+      fitness_mean, fitness_max, fitness_min: over this generation's finite fitness values.
+      best_fitness, best_params: the best member seen so far.
+      update_norm: ``‖θ' - θ‖``.
+      com_displacement_norm: ``‖M - θ‖`` (reward-weighted centre of mass from the model).
+      centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with antithetic pairs).
+      total_mass: ``Σ m_i``.
+      sigma: the mean perturbation scale over coordinates.
+    """
+
+    fitness_mean: jax.Array
+    fitness_max: jax.Array
+    fitness_min: jax.Array
+    best_fitness: jax.Array
+    best_params: object
+    update_norm: jax.Array
+    com_displacement_norm: jax.Array
+    centroid_offset_norm: jax.Array
+    total_mass: jax.Array
+    sigma: jax.Array
+
+
+def track_best(best_fitness, best_params, fitness, member: Callable[[jax.Array], object]):
+    """The best (fitness, params) so far, given this generation's fitness and a way to rebuild
+    member ``i`` (non-finite fitness never counts as best)."""
+    ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
+    best_i = jnp.argmax(ranked)
+    improved = ranked[best_i] > best_fitness
+    new_fitness = jnp.where(improved, ranked[best_i], best_fitness).astype(jnp.float32)
+    new_params = jax.tree.map(
+        lambda new, old: jnp.where(improved, new, old), member(best_i), best_params
+    )
+    return new_fitness, new_params
+
+
+def strategy_info(fitness, best_fitness, best_params, old_params, new_params, moments, sigma):
+    """``StrategyInfo`` for one ``tell``."""
+    f_mean, f_max, f_min = finite_stats(fitness)
+    sig_leaves = jax.tree.leaves(sigma)
+    mean_sigma = sum(jnp.sum(x) for x in sig_leaves) / sum(jnp.size(x) for x in sig_leaves)
+    return StrategyInfo(
+        fitness_mean=f_mean,
+        fitness_max=f_max,
+        fitness_min=f_min,
+        best_fitness=best_fitness,
+        best_params=best_params,
+        update_norm=centroid.tree_norm(jax.tree.map(jnp.subtract, new_params, old_params)),
+        com_displacement_norm=centroid.tree_norm(centroid.centre_of_mass(moments)),
+        centroid_offset_norm=centroid.tree_norm(centroid.plain_centroid(moments)),
+        total_mass=moments.total_mass,
+        sigma=jnp.asarray(mean_sigma, jnp.float32),
+    )
+
+
+def initial_best(params):
+    """``(best_fitness, best_params)`` before the first ``tell``; the params get a buffer of
+    their own so callers may donate the state to ``jit``."""
+    return jnp.full((), -jnp.inf, jnp.float32), jax.tree.map(jnp.copy, params)
+
+
+def per_coordinate(value, params):
+    """A float32 pytree like ``params`` holding ``value`` (a scalar or such a pytree)."""
+    return jax.tree.map(
+        lambda v, x: jnp.broadcast_to(jnp.asarray(v, jnp.float32), jnp.shape(x)),
+        noise_lib.broadcast_like(value, params),
+        params,
+    )
+
+
+def check_sigma(sigma) -> None:
+    """A per-coordinate σ: a number > 0, or a pytree whose every entry is > 0."""
+    leaves = jax.tree.leaves(sigma)
+    if not leaves:
+        raise ValueError("sigma: expected a number > 0 or a pytree of them, got an empty pytree")
+    if len(leaves) == 1 and isinstance(leaves[0], numbers.Real):
+        check_positive("sigma", leaves[0])
+        return
+    for leaf in leaves:
+        values = np.asarray(leaf, np.float64)
+        if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+            raise ValueError("sigma: every entry must be finite and > 0")

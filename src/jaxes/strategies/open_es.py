@@ -37,29 +37,10 @@ class OpenESState(NamedTuple):
     best_fitness: jax.Array
 
 
-class OpenESInfo(NamedTuple):
-    """Per-generation diagnostics (fitness maximised; statistics over finite members)."""
-
-    fitness_mean: jax.Array
-    fitness_max: jax.Array
-    fitness_min: jax.Array
-    best_fitness: jax.Array
-    best_params: Params
-    update_norm: jax.Array
-    com_displacement_norm: jax.Array
-    centroid_offset_norm: jax.Array
-    total_mass: jax.Array
-    sigma: jax.Array
+OpenESInfo = common.StrategyInfo  # the same diagnostics as every strategy
 
 
-class EstimateStats(NamedTuple):
-    """What ``estimate`` learnt about the population besides the direction."""
-
-    weights: jax.Array
-    com_displacement_norm: jax.Array
-    centroid_offset_norm: jax.Array
-    total_mass: jax.Array
-    sigma: jax.Array
+EstimateStats = common.EstimateStats
 
 
 def open_es(
@@ -128,15 +109,15 @@ def open_es(
     def init(key: jax.Array, params: Params) -> OpenESState:
         params = noise_lib.check_params(params)
         table_key, ask_key = jax.random.split(key)
+        best = common.initial_best(params)
         return OpenESState(
             params=params,
             opt_state=optimizer.init(params),
             key=ask_key,
             generation=jnp.zeros((), jnp.int32),
             noise_state=perturbations.source.init(table_key, params),
-            # A buffer of its own, so callers may donate the state to jit.
-            best_params=jax.tree.map(jnp.copy, params),
-            best_fitness=jnp.full((), -jnp.inf, jnp.float32),
+            best_params=best[1],
+            best_fitness=best[0],
         )
 
     def ask(key: jax.Array, state: OpenESState):
@@ -154,25 +135,16 @@ def open_es(
         sig = sigma_at(state.generation)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        # One pass over the regenerated noise gives both Σ m_i ε_i and Σ ε_i.
-        sums = perturbations.sums(
-            state.noise_state, state.key, state.params, jnp.stack([mass, jnp.ones_like(mass)])
-        )
-        moments = centroid.PopulationMoments(
-            total_mass=jnp.sum(mass),
-            count=p,
-            mass_moment=jax.tree.map(lambda s: sig * s[0], sums),
-            displacement_sum=jax.tree.map(lambda s: sig * s[1], sums),
+        moments = common.population_moments(
+            perturbations,
+            state.noise_state,
+            state.key,
+            state.params,
+            mass,
+            sig,
         )
         direction = centroid.displacement_update(moments, sig)
-        stats = EstimateStats(
-            weights=weights,
-            com_displacement_norm=centroid.tree_norm(centroid.centre_of_mass(moments)),
-            centroid_offset_norm=centroid.tree_norm(centroid.plain_centroid(moments)),
-            total_mass=moments.total_mass,
-            sigma=sig,
-        )
-        return direction, stats
+        return direction, common.EstimateStats(weights, mass, moments, sig)
 
     def tell(state: OpenESState, fitness):
         direction, stats = estimate(state, fitness)
@@ -180,26 +152,11 @@ def open_es(
         descent = jax.tree.map(jnp.negative, ascent)
         updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-
-        ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-        best_i = jnp.argmax(ranked)
-        improved = ranked[best_i] > state.best_fitness
-        best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
-        best_params = jax.tree.map(
-            lambda new, old: jnp.where(improved, new, old), member(state, best_i), state.best_params
+        best_fitness, best_params = common.track_best(
+            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
         )
-        f_mean, f_max, f_min = common.finite_stats(fitness)
-        info = OpenESInfo(
-            fitness_mean=f_mean,
-            fitness_max=f_max,
-            fitness_min=f_min,
-            best_fitness=best_fitness,
-            best_params=best_params,
-            update_norm=centroid.tree_norm(updates),
-            com_displacement_norm=stats.com_displacement_norm,
-            centroid_offset_norm=stats.centroid_offset_norm,
-            total_mass=stats.total_mass,
-            sigma=stats.sigma,
+        info = common.strategy_info(
+            fitness, best_fitness, best_params, state.params, params, stats.moments, stats.sigma
         )
         new_state = state._replace(
             params=params,

@@ -1,0 +1,187 @@
+"""Augmented random search (ARS, Mania et al. 2018) as a centre-of-mass step.
+
+ARS plays ``N = P/2`` directions ``δ_j`` as pairs ``θ ± ν δ_j``, keeps the ``b`` directions
+whose better side scored highest, and steps
+``θ ← θ + α/(b σ_R) Σ_{top b} (r⁺_j - r⁻_j) δ_j`` with ``σ_R`` the standard deviation of
+the ``2b`` rewards it kept. Give every member of a kept pair its reward as weight and both
+members of a dropped pair the same weight (a dropped pair then cancels out); with masses
+``m_i = w_i - min w`` the sum is ``Σ_{top b} (r⁺ - r⁻) δ_j = (P m̄/ν)(M - c)``, so
+
+``θ ← θ + α · P m̄ (M - c) / (b σ_R ν)``.
+
+ARS V1 is this step on raw observations; V2 (and V2-t) adds observation normalisation,
+which in jaxes belongs to the task: ``brax_task(..., normalize_observations=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxes import centroid
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
+from jaxes.strategies import common
+from jaxes.types import Params, Strategy
+
+
+class ARSState(NamedTuple):
+    """Everything that changes between generations.
+
+    Attributes:
+      params: θ.
+      opt_state: the optax state (plain SGD by default, as in the paper).
+      key: the key of the latest ``ask``.
+      generation: how many ``tell`` calls have happened.
+      noise_state: the noise table (``None`` for Gaussian noise).
+      best_params, best_fitness: the best member seen so far.
+    """
+
+    params: Params
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: noise_lib.NoiseState
+    best_params: Params
+    best_fitness: jax.Array
+
+
+def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
+    """ARS's weights and ``σ_R`` for interleaved pairs ``(+, -, +, -, ...)``.
+
+    Members of the ``top_k`` pairs whose better side scored highest keep their reward; both
+    members of every other pair get the kept rewards' mean (so the pair cancels). Non-finite
+    rewards count as the worst finite one.
+
+    Example:
+      >>> w, s = top_directions(jnp.array([1.0, 0.0, 5.0, 2.0, 0.5, 0.5]), 2)
+      >>> w.tolist(), round(float(s), 3)
+      ([1.0, 0.0, 5.0, 2.0, 2.0, 2.0], 1.871)
+    """
+    rewards = shaping_lib.raw(fitness)
+    pairs = rewards.reshape(-1, 2)
+    score = jnp.max(pairs, axis=1)
+    order = jnp.argsort(-score, stable=True)
+    kept = jnp.zeros(pairs.shape[0], bool).at[order[:top_k]].set(True)
+    kept_rewards = jnp.where(kept[:, None], pairs, 0.0)
+    mean = jnp.sum(kept_rewards) / (2 * top_k)
+    std = jnp.sqrt(jnp.sum(jnp.where(kept[:, None], jnp.square(pairs - mean), 0.0)) / (2 * top_k))
+    weights = jnp.where(kept[:, None], pairs, mean).reshape(-1)
+    return weights, std
+
+
+def ars(
+    population_size: int,
+    sigma: float = 0.02,
+    learning_rate: float = 0.02,
+    top_k: int | None = None,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    noise: str = "gaussian",
+    noise_table_size: int = 2**24,
+    noise_batch_size: int | None = None,
+) -> Strategy:
+    """ARS: the best ``b`` of ``P/2`` antithetic directions, reward-scaled by ``1/σ_R``.
+
+    Args:
+      population_size: ``P`` = 2 × the number of directions ``N`` (even).
+      sigma: the exploration noise ``ν`` (> 0).
+      learning_rate: the step size ``α`` (> 0), used when ``optimizer`` is None.
+      top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
+        (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
+      optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
+      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> es = ars(population_size=8, sigma=0.1, learning_rate=0.1, top_k=2)
+      >>> state = es.init(jax.random.key(0), jnp.ones(3))
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> bool(jnp.sum(state.params**2) < 3.0)
+      True
+    """
+    p = common.check_population_size(population_size, antithetic=True)
+    nu = common.check_positive("sigma", sigma)
+    b = p // 2 if top_k is None else top_k
+    if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= p // 2:
+        raise ValueError(
+            f"top_k: ARS keeps b of the P/2 = {p // 2} directions; expected an int in "
+            f"[1, {p // 2}] or None, got {top_k!r}"
+        )
+    if optimizer is None:
+        optimizer = optax.sgd(common.check_positive("learning_rate", learning_rate))
+    elif not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(
+            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
+        )
+    perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
+
+    def init(key: jax.Array, params: Params) -> ARSState:
+        params = noise_lib.check_params(params)
+        table_key, ask_key = jax.random.split(key)
+        best_fitness, best_params = common.initial_best(params)
+        return ARSState(
+            params=params,
+            opt_state=optimizer.init(params),
+            key=ask_key,
+            generation=jnp.zeros((), jnp.int32),
+            noise_state=perturbations.source.init(table_key, params),
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+
+    def ask(key: jax.Array, state: ARSState):
+        state = state._replace(key=key)
+        return perturbations.population(state.noise_state, key, state.params, nu), state
+
+    def member(state: ARSState, i) -> Params:
+        return perturbations.member(state.noise_state, state.key, i, state.params, nu)
+
+    def estimate(state: ARSState, fitness):
+        """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
+        fitness = common.check_fitness(fitness, p)
+        weights, reward_std = top_directions(fitness, b)
+        mass = centroid.masses(weights)
+        moments = common.population_moments(
+            perturbations,
+            state.noise_state,
+            state.key,
+            state.params,
+            mass,
+            nu,
+        )
+        scale = moments.total_mass / (b * jnp.where(reward_std > 0, reward_std, 1.0) * nu)
+        direction = jax.tree.map(
+            lambda com, c: scale * (com - c),
+            centroid.centre_of_mass(moments),
+            centroid.plain_centroid(moments),
+        )
+        return direction, common.EstimateStats(weights, mass, moments, jnp.float32(nu))
+
+    def tell(state: ARSState, fitness):
+        direction, stats = estimate(state, fitness)
+        descent = jax.tree.map(jnp.negative, direction)
+        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        best_fitness, best_params = common.track_best(
+            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        )
+        info = common.strategy_info(
+            fitness, best_fitness, best_params, state.params, params, stats.moments, stats.sigma
+        )
+        new_state = state._replace(
+            params=params,
+            opt_state=opt_state,
+            generation=state.generation + 1,
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+        return new_state, info
+
+    return Strategy(
+        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
+    )

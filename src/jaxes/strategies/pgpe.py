@@ -1,0 +1,201 @@
+"""PGPE (Sehnke et al. 2010) with per-coordinate σ and the ClipUp optimizer (Toklu et al. 2020).
+
+Written as centre-of-mass displacements. With symmetric (antithetic) pairs and masses
+``m_i = w_i - min w``:
+
+* the mean's ascent direction ``(1/N) Σ_j ((w⁺_j - w⁻_j)/2) δ_j`` (``N = P/2`` pairs) is
+  ``m̄ (M - c)``: the displacement from the plain centroid ``c = θ`` to the centre of mass;
+* σ's gradient ``(1/N) Σ_j (ā_j - w̄)(δ_j² - σ²)/σ`` (``ā_j`` a pair's mean weight) is
+  ``m̄ (S_M - S_c)/σ``: how much wider, per coordinate, the mass-weighted cloud is than the
+  plain one (``S_M = Σ m_i δ_i²/Σ m_i``, ``S_c = (1/P) Σ δ_i²``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxes import centroid, optim
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
+from jaxes.strategies import common
+from jaxes.types import Params, Strategy
+
+
+class PGPEState(NamedTuple):
+    """Everything that changes between generations.
+
+    Attributes:
+      params: the mean θ.
+      sigma: per-coordinate σ (float32 pytree like ``params``).
+      opt_state: the optimizer state of the mean (ClipUp's velocity by default).
+      key: the key of the latest ``ask``.
+      generation: how many ``tell`` calls have happened.
+      noise_state: the noise table (``None`` for Gaussian noise).
+      best_params, best_fitness: the best member seen so far.
+    """
+
+    params: Params
+    sigma: Params
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: noise_lib.NoiseState
+    best_params: Params
+    best_fitness: jax.Array
+
+
+def pgpe(
+    population_size: int,
+    sigma=0.1,
+    center_learning_rate: float = 0.15,
+    stdev_learning_rate: float = 0.1,
+    stdev_max_change: float = 0.2,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    max_speed: float | None = None,
+    momentum: float = 0.9,
+    fitness_shaping="centered_rank",
+    noise: str = "gaussian",
+    noise_table_size: int = 2**24,
+    noise_batch_size: int | None = None,
+) -> Strategy:
+    """PGPE: symmetric sampling, the mean stepped toward the centre of mass, σ adapted per
+    coordinate toward the spread of the mass-weighted cloud.
+
+    Args:
+      population_size: ``P``, even (``P/2`` symmetric pairs).
+      sigma: initial σ, a number > 0 or a pytree like the params.
+      center_learning_rate: ClipUp's step size for the mean (used when ``optimizer`` is None).
+      stdev_learning_rate: step size of σ (>= 0; 0 keeps σ fixed).
+      stdev_max_change: largest relative change of σ per generation, in (0, 1).
+      optimizer: any optax transformation for the mean; defaults to
+        ``jaxes.optim.clipup(center_learning_rate, max_speed, momentum)``.
+      max_speed: ClipUp's speed limit (default ``2 * center_learning_rate``).
+      momentum: ClipUp's momentum in ``[0, 1)``.
+      fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
+        callable.
+      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> es = pgpe(population_size=8, sigma=0.5)
+      >>> state = es.init(jax.random.key(0), jnp.ones(3))
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> bool(jnp.sum(state.params**2) < 3.0)
+      True
+    """
+    p = common.check_population_size(population_size, antithetic=True)
+    sigma_lr = common.check_positive("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
+    max_change = common.check_positive("stdev_max_change", stdev_max_change)
+    if max_change >= 1.0:
+        raise ValueError(f"stdev_max_change: expected a number in (0, 1), got {max_change!r}")
+    common.check_sigma(sigma)
+    if optimizer is None:
+        optimizer = optim.clipup(
+            common.check_positive("center_learning_rate", center_learning_rate),
+            max_speed,
+            momentum,
+        )
+    elif not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(
+            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
+        )
+    shape_fitness = shaping_lib.get_shaping(fitness_shaping)
+    perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
+
+    def init(key: jax.Array, params: Params) -> PGPEState:
+        params = noise_lib.check_params(params)
+        table_key, ask_key = jax.random.split(key)
+        best_fitness, best_params = common.initial_best(params)
+        return PGPEState(
+            params=params,
+            sigma=common.per_coordinate(sigma, params),
+            opt_state=optimizer.init(params),
+            key=ask_key,
+            generation=jnp.zeros((), jnp.int32),
+            noise_state=perturbations.source.init(table_key, params),
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+
+    def ask(key: jax.Array, state: PGPEState):
+        state = state._replace(key=key)
+        population = perturbations.population(state.noise_state, key, state.params, state.sigma)
+        return population, state
+
+    def member(state: PGPEState, i) -> Params:
+        return perturbations.member(state.noise_state, state.key, i, state.params, state.sigma)
+
+    def estimate(state: PGPEState, fitness):
+        """Ascent direction of the mean, ``m̄ (M - c)``."""
+        fitness = common.check_fitness(fitness, p)
+        weights = shape_fitness(fitness)
+        mass = centroid.masses(weights)
+        moments = common.population_moments(
+            perturbations,
+            state.noise_state,
+            state.key,
+            state.params,
+            mass,
+            state.sigma,
+            squares=True,
+        )
+        mean_mass = moments.total_mass / p
+        direction = jax.tree.map(
+            lambda com, c: mean_mass * (com - c),
+            centroid.centre_of_mass(moments),
+            centroid.plain_centroid(moments),
+        )
+        return direction, common.EstimateStats(weights, mass, moments, state.sigma)
+
+    def tell(state: PGPEState, fitness):
+        direction, stats = estimate(state, fitness)
+        descent = jax.tree.map(jnp.negative, direction)
+        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        new_sigma = sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
+        best_fitness, best_params = common.track_best(
+            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        )
+        info = common.strategy_info(
+            fitness, best_fitness, best_params, state.params, params, stats.moments, state.sigma
+        )
+        new_state = state._replace(
+            params=params,
+            sigma=new_sigma,
+            opt_state=opt_state,
+            generation=state.generation + 1,
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+        return new_state, info
+
+    return Strategy(
+        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
+    )
+
+
+def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:
+    """PGPE's σ ascent direction ``m̄ (S_M - S_c)/σ`` per coordinate."""
+    mean_mass = moments.total_mass / moments.count
+    return jax.tree.map(
+        lambda sm, sc, s: mean_mass * (sm - sc) / s,
+        centroid.mass_spread(moments),
+        centroid.plain_spread(moments),
+        sigma,
+    )
+
+
+def sigma_update(moments, sigma: Params, learning_rate: float, max_change: float) -> Params:
+    """``σ + lr · ∇σ``, clipped to ``σ (1 ± max_change)``."""
+    grad = sigma_gradient(moments, sigma)
+    return jax.tree.map(
+        lambda s, g: jnp.clip(s + learning_rate * g, s * (1 - max_change), s * (1 + max_change)),
+        sigma,
+        grad,
+    )

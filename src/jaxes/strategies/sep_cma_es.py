@@ -1,0 +1,252 @@
+"""Sep-CMA-ES (Ros & Hansen 2008): CMA-ES with a diagonal covariance.
+
+Members are ``x_i = m + σ D ⊙ z_i`` (``D = √C``). Weighted recombination is a centre of
+mass: the masses are the recombination weights (log weights of the best ``μ``, summing to
+one, zero for the rest), so ``Σ w_i x_i = M`` and the mean moves by ``c_m (M - m)``,
+measured from the model (CMA-ES does not subtract the centroid). The rank-μ term of the
+covariance update is the mass-weighted spread: ``Σ w_i y_i² = S_M / σ²`` with
+``S_M = Σ m_i δ_i² / Σ m_i``. ``tell`` works with the moments of ``y_i = D ⊙ z_i``
+(``δ_i / σ``), so a vanishing σ never divides anything; they are rebuilt from the keys, and no
+population is stored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxes import centroid
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
+from jaxes.strategies import common
+from jaxes.types import Params, Strategy
+
+
+class SepCMAState(NamedTuple):
+    """Everything that changes between generations.
+
+    Attributes:
+      params: the mean ``m``.
+      sigma: the global step size ``σ``.
+      variances: the diagonal ``C`` (float32 pytree like ``params``).
+      path_sigma: the conjugate evolution path ``p_σ``.
+      path_c: the evolution path ``p_c``.
+      key: the key of the latest ``ask``.
+      generation: how many ``tell`` calls have happened.
+      noise_state: the noise table (``None`` for Gaussian noise).
+      best_params, best_fitness: the best member seen so far.
+    """
+
+    params: Params
+    sigma: jax.Array
+    variances: Params
+    path_sigma: Params
+    path_c: Params
+    key: jax.Array
+    generation: jax.Array
+    noise_state: noise_lib.NoiseState
+    best_params: Params
+    best_fitness: jax.Array
+
+
+class CMAConstants(NamedTuple):
+    """The learning rates of (sep-)CMA-ES for ``n`` coordinates and weights ``w``."""
+
+    mu_eff: float
+    c_sigma: float
+    d_sigma: float
+    c_c: float
+    c_1: float
+    c_mu: float
+    chi_n: float
+
+
+def cma_constants(n: int, population_size: int, elite_size: int) -> CMAConstants:
+    """Hansen's defaults, with the covariance rates scaled by ``(n + 2)/3`` for the diagonal
+    model (Ros & Hansen 2008).
+
+    Example:
+      >>> c = cma_constants(10, 10, 5)
+      >>> round(c.mu_eff, 3), round(c.c_sigma, 3)
+      (3.167, 0.285)
+    """
+    raw = [math.log(elite_size + 0.5) - math.log(k) for k in range(1, elite_size + 1)]
+    w = [x / sum(raw) for x in raw]
+    mu_eff = 1.0 / sum(x * x for x in w)
+    c_sigma = (mu_eff + 2.0) / (n + mu_eff + 5.0)
+    d_sigma = 1.0 + 2.0 * max(0.0, math.sqrt((mu_eff - 1.0) / (n + 1.0)) - 1.0) + c_sigma
+    c_c = (4.0 + mu_eff / n) / (n + 4.0 + 2.0 * mu_eff / n)
+    c_1 = 2.0 / ((n + 1.3) ** 2 + mu_eff)
+    c_mu = 2.0 * (mu_eff - 2.0 + 1.0 / mu_eff) / ((n + 2.0) ** 2 + mu_eff)
+    sep = (n + 2.0) / 3.0
+    c_1 = min(1.0, sep * c_1)
+    c_mu = min(1.0 - c_1, sep * c_mu)
+    chi_n = math.sqrt(n) * (1.0 - 1.0 / (4.0 * n) + 1.0 / (21.0 * n * n))
+    del population_size  # the rates depend on P only through the weights
+    return CMAConstants(mu_eff, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n)
+
+
+def sep_cma_es(
+    population_size: int,
+    sigma: float = 1.0,
+    elite_size: int | None = None,
+    mean_learning_rate: float = 1.0,
+    *,
+    noise: str = "gaussian",
+    noise_table_size: int = 2**24,
+    noise_batch_size: int | None = None,
+) -> Strategy:
+    """Sep-CMA-ES: weighted recombination of the best ``μ`` as a centre of mass, a diagonal
+    covariance and cumulative step-size adaptation.
+
+    Args:
+      population_size: ``λ = P`` (>= 2). Hansen's default is ``4 + ⌊3 ln n⌋``.
+      sigma: the initial global step size (> 0).
+      elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
+      mean_learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
+      noise, noise_table_size, noise_batch_size: as for ``open_es`` (no antithetic pairs).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> es = sep_cma_es(population_size=8, sigma=0.5)
+      >>> state = es.init(jax.random.key(0), jnp.ones(3))
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> bool(jnp.sum(state.params**2) < 3.0)
+      True
+    """
+    p = common.check_population_size(population_size, antithetic=False)
+    mu = p // 2 if elite_size is None else elite_size
+    if not isinstance(mu, int) or isinstance(mu, bool) or not 1 <= mu <= p:
+        raise ValueError(
+            f"elite_size: expected an int in [1, population_size = {p}] or None, got {elite_size!r}"
+        )
+    sigma0 = common.check_positive("sigma", sigma)
+    c_m = common.check_positive("mean_learning_rate", mean_learning_rate)
+    weights_of = shaping_lib.recombination_weights(mu)
+    perturbations = common.make_perturbations(noise, noise_table_size, p, False, noise_batch_size)
+
+    def scale(state: SepCMAState) -> Params:
+        """Per-coordinate ``σ D``: member ``i`` is ``m + σ D ⊙ z_i``."""
+        return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
+
+    def init(key: jax.Array, params: Params) -> SepCMAState:
+        params = noise_lib.check_params(params)
+        table_key, ask_key = jax.random.split(key)
+        best_fitness, best_params = common.initial_best(params)
+        return SepCMAState(
+            params=params,
+            sigma=jnp.float32(sigma0),
+            variances=common.per_coordinate(1.0, params),
+            path_sigma=common.per_coordinate(0.0, params),
+            path_c=common.per_coordinate(0.0, params),
+            key=ask_key,
+            generation=jnp.zeros((), jnp.int32),
+            noise_state=perturbations.source.init(table_key, params),
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+
+    def ask(key: jax.Array, state: SepCMAState):
+        state = state._replace(key=key)
+        return perturbations.population(state.noise_state, key, state.params, scale(state)), state
+
+    def member(state: SepCMAState, i) -> Params:
+        return perturbations.member(state.noise_state, state.key, i, state.params, scale(state))
+
+    def moments_of_y(state: SepCMAState, weights) -> centroid.PopulationMoments:
+        """Moments of ``y_i = D ⊙ z_i`` (displacements in units of σ, so that a tiny σ never
+        divides anything)."""
+        return common.population_moments(
+            perturbations,
+            state.noise_state,
+            state.key,
+            state.params,
+            weights,  # already non-negative, zero for the rest: the masses themselves
+            jax.tree.map(jnp.sqrt, state.variances),
+            squares=True,
+        )
+
+    def estimate(state: SepCMAState, fitness):
+        """The mean's step ``c_m (M - m)``."""
+        fitness = common.check_fitness(fitness, p)
+        weights = weights_of(fitness)
+        moments = centroid.scale_moments(moments_of_y(state, weights), state.sigma)
+        direction = jax.tree.map(lambda d: c_m * d, centroid.centre_of_mass(moments))
+        return direction, common.EstimateStats(weights, weights, moments, scale(state))
+
+    def tell(state: SepCMAState, fitness):
+        fitness = common.check_fitness(fitness, p)
+        weights = weights_of(fitness)
+        y_moments = moments_of_y(state, weights)
+        moments = centroid.scale_moments(y_moments, state.sigma)
+        n = noise_lib.num_params(state.params)
+        k = cma_constants(n, p, mu)
+        # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
+        y_w = centroid.centre_of_mass(y_moments)
+        params = jax.tree.map(
+            lambda x, y: (x.astype(jnp.float32) + c_m * state.sigma * y).astype(x.dtype),
+            state.params,
+            y_w,
+        )
+        z_w = jax.tree.map(
+            lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
+            y_w,
+            state.variances,
+        )
+        path_sigma = jax.tree.map(
+            lambda ps, z: (
+                (1 - k.c_sigma) * ps + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * z
+            ),
+            state.path_sigma,
+            z_w,
+        )
+        ps_norm = centroid.tree_norm(path_sigma)
+        g = state.generation.astype(jnp.float32) + 1.0
+        h_sigma = (
+            ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g))
+            < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
+        ).astype(jnp.float32)
+        path_c = jax.tree.map(
+            lambda pc, y: (
+                (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y
+            ),
+            state.path_c,
+            y_w,
+        )
+        # The rank-μ term Σ w_i y_i² is the mass-weighted spread (in units of σ).
+        variances = jax.tree.map(
+            lambda c, pc, r: (
+                (1 - k.c_1 - k.c_mu) * c
+                + k.c_1 * (jnp.square(pc) + (1 - h_sigma) * k.c_c * (2 - k.c_c) * c)
+                + k.c_mu * r
+            ),
+            state.variances,
+            path_c,
+            centroid.mass_spread(y_moments),
+        )
+        sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
+        best_fitness, best_params = common.track_best(
+            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        )
+        info = common.strategy_info(
+            fitness, best_fitness, best_params, state.params, params, moments, scale(state)
+        )
+        new_state = state._replace(
+            params=params,
+            sigma=sigma.astype(jnp.float32),
+            variances=variances,
+            path_sigma=path_sigma,
+            path_c=path_c,
+            generation=state.generation + 1,
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+        return new_state, info
+
+    return Strategy(
+        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
+    )

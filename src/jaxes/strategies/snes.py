@@ -1,0 +1,183 @@
+"""Separable natural evolution strategies (SNES, Schaul et al. 2011) as centre-of-mass steps.
+
+SNES samples ``x_i = μ + σ ⊙ z_i`` and, with utilities ``u_i`` that sum to zero, updates
+``μ ← μ + η_μ σ ⊙ Σ u_i z_i`` and ``σ ← σ ⊙ exp(η_σ/2 · Σ u_i (z_i² - 1))``. With masses
+``m_i = u_i - min u``:
+
+* ``σ ⊙ Σ u_i z_i = P m̄ (M - c)``: the mean moves toward the centre of mass. The default
+  utilities make the masses the log weights of the best half summing to one (``P m̄ = 1``),
+  so with ``η_μ = 1`` the step is exactly ``M - c``: weighted recombination, measured from
+  the plain centroid (``μ' = M`` with antithetic pairs, where ``c = μ``);
+* ``Σ u_i (z_i² - 1) = P m̄ (S_M - S_c)/σ²``: σ grows where the mass-weighted cloud is wider
+  than the plain one (``S_M = Σ m_i δ_i²/Σ m_i``, ``S_c = (1/P) Σ δ_i²``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxes import centroid
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
+from jaxes.strategies import common
+from jaxes.types import Params, Strategy
+
+
+class SNESState(NamedTuple):
+    """Everything that changes between generations.
+
+    Attributes:
+      params: the mean μ.
+      sigma: per-coordinate σ (float32 pytree like ``params``).
+      key: the key of the latest ``ask``.
+      generation: how many ``tell`` calls have happened.
+      noise_state: the noise table (``None`` for Gaussian noise).
+      best_params, best_fitness: the best member seen so far.
+    """
+
+    params: Params
+    sigma: Params
+    key: jax.Array
+    generation: jax.Array
+    noise_state: noise_lib.NoiseState
+    best_params: Params
+    best_fitness: jax.Array
+
+
+def default_sigma_learning_rate(num_params: int) -> float:
+    """``(3 + ln d) / (5 √d)`` (Schaul et al. 2011)."""
+    return (3.0 + math.log(num_params)) / (5.0 * math.sqrt(num_params))
+
+
+def snes(
+    population_size: int,
+    sigma=1.0,
+    mean_learning_rate: float = 1.0,
+    sigma_learning_rate: float | None = None,
+    *,
+    antithetic: bool = False,
+    fitness_shaping="log_rank",
+    noise: str = "gaussian",
+    noise_table_size: int = 2**24,
+    noise_batch_size: int | None = None,
+) -> Strategy:
+    """SNES: the mean steps toward the centre of mass, σ follows the mass-weighted spread.
+
+    Args:
+      population_size: ``P`` (>= 2; even when ``antithetic``). The paper's default is
+        ``4 + ⌊3 ln d⌋``.
+      sigma: initial σ, a number > 0 or a pytree like the params.
+      mean_learning_rate: ``η_μ`` (> 0).
+      sigma_learning_rate: ``η_σ`` (> 0); ``None`` uses ``(3 + ln d)/(5 √d)``.
+      antithetic: sample ``(+z, -z)`` pairs (off in the paper).
+      fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
+        callable (utilities are centred, so only their differences matter).
+      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> es = snes(population_size=8)
+      >>> state = es.init(jax.random.key(0), jnp.full(3, 2.0))
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> bool(jnp.sum(state.params**2) < 12.0)
+      True
+    """
+    p = common.check_population_size(population_size, antithetic)
+    eta_mu = common.check_positive("mean_learning_rate", mean_learning_rate)
+    if sigma_learning_rate is not None:
+        common.check_positive("sigma_learning_rate", sigma_learning_rate)
+    common.check_sigma(sigma)
+    shape_fitness = shaping_lib.get_shaping(fitness_shaping)
+    perturbations = common.make_perturbations(
+        noise, noise_table_size, p, antithetic, noise_batch_size
+    )
+
+    def eta_sigma(params) -> float:
+        if sigma_learning_rate is not None:
+            return sigma_learning_rate
+        return default_sigma_learning_rate(noise_lib.num_params(params))
+
+    def init(key: jax.Array, params: Params) -> SNESState:
+        params = noise_lib.check_params(params)
+        table_key, ask_key = jax.random.split(key)
+        best_fitness, best_params = common.initial_best(params)
+        return SNESState(
+            params=params,
+            sigma=common.per_coordinate(sigma, params),
+            key=ask_key,
+            generation=jnp.zeros((), jnp.int32),
+            noise_state=perturbations.source.init(table_key, params),
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+
+    def ask(key: jax.Array, state: SNESState):
+        state = state._replace(key=key)
+        population = perturbations.population(state.noise_state, key, state.params, state.sigma)
+        return population, state
+
+    def member(state: SNESState, i) -> Params:
+        return perturbations.member(state.noise_state, state.key, i, state.params, state.sigma)
+
+    def estimate(state: SNESState, fitness):
+        """The mean's step ``η_μ P m̄ (M - c)``."""
+        fitness = common.check_fitness(fitness, p)
+        weights = shape_fitness(fitness)
+        mass = centroid.masses(weights)
+        moments = common.population_moments(
+            perturbations,
+            state.noise_state,
+            state.key,
+            state.params,
+            mass,
+            state.sigma,
+            squares=True,
+        )
+        step = eta_mu * moments.total_mass
+        direction = jax.tree.map(
+            lambda com, c: step * (com - c),
+            centroid.centre_of_mass(moments),
+            centroid.plain_centroid(moments),
+        )
+        return direction, common.EstimateStats(weights, mass, moments, state.sigma)
+
+    def tell(state: SNESState, fitness):
+        direction, stats = estimate(state, fitness)
+        params = jax.tree.map(
+            lambda x, d: (x.astype(jnp.float32) + d).astype(x.dtype), state.params, direction
+        )
+        new_sigma = sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
+        best_fitness, best_params = common.track_best(
+            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        )
+        info = common.strategy_info(
+            fitness, best_fitness, best_params, state.params, params, stats.moments, state.sigma
+        )
+        new_state = state._replace(
+            params=params,
+            sigma=new_sigma,
+            generation=state.generation + 1,
+            best_params=best_params,
+            best_fitness=best_fitness,
+        )
+        return new_state, info
+
+    return Strategy(
+        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
+    )
+
+
+def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:
+    """``σ ⊙ exp(η_σ/2 · P m̄ (S_M - S_c)/σ²)``."""
+    total = moments.total_mass
+    return jax.tree.map(
+        lambda s, sm, sc: s * jnp.exp(0.5 * eta_sigma * total * (sm - sc) / jnp.square(s)),
+        sigma,
+        centroid.mass_spread(moments),
+        centroid.plain_spread(moments),
+    )

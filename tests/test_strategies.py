@@ -1,0 +1,295 @@
+"""PGPE, SNES, ARS and Sep-CMA-ES: each mean update is a centre-of-mass displacement, equals
+its paper's formula, converges on test functions and rejects bad settings.
+
+References are computed in float64 numpy from the population ``ask`` returned, so they also
+check that ``tell`` rebuilt the same noise from the key.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxes
+from jaxes import testing
+from jaxes.tasks import functions
+
+P = 16
+PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.full(5, 0.5)}
+STRATEGIES = {
+    "pgpe": lambda: jaxes.pgpe(P, 0.3, center_learning_rate=0.05, stdev_learning_rate=0.1),
+    "snes": lambda: jaxes.snes(P, 0.3),
+    "ars": lambda: jaxes.ars(P, 0.3, learning_rate=0.05, top_k=5),
+    "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, elite_size=6, mean_learning_rate=0.7),
+    "open_es": lambda: jaxes.open_es(P, 0.3, learning_rate=0.05),
+}
+
+
+def fitness_fn(x):
+    return -jnp.sum(jnp.square(x["w"] - 0.3)) - jnp.sum(jnp.square(x["b"] + 1.0))
+
+
+def flat(tree):
+    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(tree)])
+
+
+@pytest.fixture(scope="module", params=sorted(STRATEGIES))
+def sampled(request):
+    """One generation of each strategy: state after ask, population, fitness, estimate, tell."""
+    es = STRATEGIES[request.param]()
+    state = es.init(jax.random.key(0), PARAMS)
+    # Move off the initial state so per-coordinate σ and paths are not uniform.
+    for g in range(3):
+        population, state = es.ask(jax.random.key(10 + g), state)
+        state, _ = es.tell(state, jax.vmap(fitness_fn)(population))
+    population, state = jax.jit(es.ask)(jax.random.key(99), state)
+    fitness = jax.vmap(fitness_fn)(population)
+    direction, stats = jax.jit(es.estimate)(state, fitness)
+    new_state, info = jax.jit(es.tell)(state, fitness)
+    pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
+    return (
+        request.param,
+        es,
+        state,
+        pop,
+        np.asarray(fitness, np.float64),
+        direction,
+        stats,
+        new_state,
+    )
+
+
+def close(actual, expected, what, rtol=2e-4, scale=None):
+    """Max error within ``rtol`` of ``scale`` (default: the largest expected entry; pass the
+    size of the summed terms where they cancel)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    scale = max(float(np.max(np.abs(expected))) if scale is None else scale, 1e-12)
+    err = float(np.max(np.abs(actual - expected)))
+    assert err <= rtol * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
+
+
+def test_moments_from_keys_equal_the_explicit_population(sampled):
+    _, _, state, pop, _, _, stats, _ = sampled
+    delta = pop - flat(state.params)[None]
+    m = np.asarray(stats.masses, np.float64)
+    size = float(np.max(np.abs(m) @ np.abs(delta)))
+    close(flat(stats.moments.mass_moment), m @ delta, "Σ m_i δ_i", scale=size)
+    size = float(np.max(np.abs(delta).sum(0)))
+    close(flat(stats.moments.displacement_sum), delta.sum(0), "Σ δ_i", scale=size)
+    if stats.moments.mass_square_moment is not None:
+        close(flat(stats.moments.mass_square_moment), m @ delta**2, "Σ m_i δ_i²")
+        close(flat(stats.moments.square_sum), (delta**2).sum(0), "Σ δ_i²")
+
+
+def centre_of_mass_terms(pop, theta, masses):
+    """M - θ, c - θ and m̄ of the explicit population (float64)."""
+    delta = pop - theta[None]
+    m = np.asarray(masses, np.float64)
+    return (m @ delta) / m.sum(), delta.mean(0), m.mean()
+
+
+def test_mean_update_is_a_centre_of_mass_displacement(sampled):
+    name, es, state, pop, fitness, direction, stats, new_state = sampled
+    theta = flat(state.params)
+    com, cen, mean_mass = centre_of_mass_terms(pop, theta, stats.masses)
+    step = flat(new_state.params) - theta
+    if name == "pgpe":  # the direction handed to ClipUp: m̄ (M - c)
+        close(flat(direction), mean_mass * (com - cen), "PGPE direction")
+    elif name == "snes":  # η_μ P m̄ (M - c), η_μ = 1
+        close(step, P * mean_mass * (com - cen), "SNES step")
+    elif name == "ars":  # α P m̄ (M - c) / (b σ_R ν)
+        kept = np.asarray(stats.weights)
+        sigma_r = ars_reward_std(fitness, 5)
+        close(step, 0.05 * P * mean_mass * (com - cen) / (5 * sigma_r * 0.3), "ARS step")
+        assert kept.shape == (P,)
+    elif name == "sep_cma_es":  # c_m (M - θ), from the model: no centroid subtracted
+        close(step, 0.7 * com, "Sep-CMA-ES step")
+    else:  # open_es: (m̄/σ²)(M - c)
+        close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
+
+
+def ars_reward_std(fitness, b):
+    pairs = fitness.reshape(-1, 2)
+    top = np.argsort(-pairs.max(1), kind="stable")[:b]
+    return pairs[top].std()
+
+
+def test_mean_update_equals_the_paper_formula(sampled):
+    name, es, state, pop, fitness, direction, stats, new_state = sampled
+    theta = flat(state.params)
+    step = flat(new_state.params) - theta
+    if name == "pgpe":  # Sehnke et al.: mean_j ((r⁺ - r⁻)/2) δ_j on centred ranks
+        r = np.asarray(jaxes.centered_rank(jnp.asarray(fitness)), np.float64)
+        delta = pop[0::2] - theta[None]
+        expected = np.mean(((r[0::2] - r[1::2]) / 2)[:, None] * delta, axis=0)
+        close(flat(direction), expected, "PGPE mean gradient")
+    elif name == "snes":  # Schaul et al.: μ += η_μ σ Σ u_i z_i
+        sigma = flat(state.sigma)
+        z = (pop - theta[None]) / sigma[None]
+        u = snes_utilities(fitness)
+        close(step, sigma * (u @ z), "SNES mean update")
+    elif name == "ars":  # Mania et al.: α/(b σ_R) Σ_top (r⁺ - r⁻) δ_j
+        pairs = fitness.reshape(-1, 2)
+        top = np.argsort(-pairs.max(1), kind="stable")[:5]
+        delta = (pop[0::2] - theta[None]) / 0.3
+        diff = pairs[top, 0] - pairs[top, 1]
+        expected = 0.05 / (5 * pairs[top].std()) * (diff @ delta[top])
+        close(step, expected, "ARS update")
+    elif name == "sep_cma_es":  # weighted recombination: m' = m + c_m Σ w_i (x_i - m)
+        w = cma_weights(fitness, 6)
+        close(step, 0.7 * (w @ (pop - theta[None])), "Sep-CMA-ES recombination")
+    else:  # OpenAI-ES: (1/(Pσ)) Σ (w_i - w̄) ε_i
+        testing.assert_update_matches_classical(es, PARAMS, fitness_fn, jax.random.key(5))
+
+
+def snes_utilities(fitness):
+    p = len(fitness)
+    rank = np.empty(p)
+    rank[np.argsort(-fitness, kind="stable")] = np.arange(1, p + 1)
+    raw = np.maximum(0.0, math.log(p / 2 + 1) - np.log(rank))
+    return raw / raw.sum() - 1.0 / p
+
+
+def cma_weights(fitness, mu):
+    rank = np.empty(len(fitness))
+    rank[np.argsort(-fitness, kind="stable")] = np.arange(1, len(fitness) + 1)
+    raw = np.where(rank <= mu, math.log(mu + 0.5) - np.log(rank), 0.0)
+    return raw / raw.sum()
+
+
+def test_sigma_updates_equal_the_paper_formulas(sampled):
+    name, es, state, pop, fitness, _, _, new_state = sampled
+    theta = flat(state.params)
+    if name == "pgpe":  # mean_j (ā_j - b)(δ_j² - σ²)/σ, then σ += lr·g clipped to ±20 %
+        sigma = flat(state.sigma)
+        r = np.asarray(jaxes.centered_rank(jnp.asarray(fitness)), np.float64)
+        delta = pop[0::2] - theta[None]
+        avg = (r[0::2] + r[1::2]) / 2
+        grad = np.mean((avg - r.mean())[:, None] * (delta**2 - sigma**2) / sigma, axis=0)
+        expected = np.clip(sigma + 0.1 * grad, 0.8 * sigma, 1.2 * sigma)
+        close(flat(new_state.sigma), expected, "PGPE σ")
+    elif name == "snes":  # σ ⊙ exp(η_σ/2 Σ u_i (z_i² - 1))
+        sigma = flat(state.sigma)
+        z = (pop - theta[None]) / sigma[None]
+        eta = (3 + math.log(theta.size)) / (5 * math.sqrt(theta.size))
+        expected = sigma * np.exp(eta / 2 * (snes_utilities(fitness) @ (z**2 - 1)))
+        close(flat(new_state.sigma), expected, "SNES σ")
+    elif name == "sep_cma_es":  # rank-μ term Σ w_i y_i² with y_i = (x_i - m)/σ
+        from jaxes.strategies.sep_cma_es import cma_constants
+
+        k = cma_constants(theta.size, P, 6)
+        y = (pop - theta[None]) / float(state.sigma)
+        w = cma_weights(fitness, 6)
+        c = flat(state.variances)
+        pc = flat(new_state.path_c)
+        g = int(state.generation) + 1
+        ps_norm = np.linalg.norm(flat(new_state.path_sigma))
+        threshold = (1.4 + 2 / (theta.size + 1)) * k.chi_n
+        h = float(ps_norm / math.sqrt(1 - (1 - k.c_sigma) ** (2 * g)) < threshold)
+        expected = (
+            (1 - k.c_1 - k.c_mu) * c
+            + k.c_1 * (pc**2 + (1 - h) * k.c_c * (2 - k.c_c) * c)
+            + k.c_mu * (w @ y**2)
+        )
+        close(flat(new_state.variances), expected, "Sep-CMA-ES variances")
+    else:  # a fixed σ is a setting, not state
+        assert "sigma" not in new_state._fields
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_members_rebuilt_from_keys(name):
+    testing.assert_members_rebuilt(STRATEGIES[name](), PARAMS, jax.random.key(3))
+
+
+# (strategy, function) -> (factory, start, target): the centre or the best member must reach
+# `target` within GENERATIONS generations, for both seeds. f(start) is 270 for sphere and
+# Rastrigin (x = 3) and 29 for Rosenbrock (x = 0).
+D, GENERATIONS = 30, 1000
+CONVERGENCE = {
+    ("open_es", "sphere"): (lambda: jaxes.open_es(64, 0.5, learning_rate=0.05), 3.0, 0.1),
+    ("open_es", "rosenbrock"): (lambda: jaxes.open_es(64, 0.02, learning_rate=0.01), 0.0, 15.0),
+    ("open_es", "rastrigin"): (lambda: jaxes.open_es(64, 2.0, learning_rate=0.03), 3.0, 100.0),
+    ("pgpe", "sphere"): (lambda: jaxes.pgpe(64, 1.0, center_learning_rate=0.05), 3.0, 0.1),
+    ("pgpe", "rosenbrock"): (lambda: jaxes.pgpe(64, 0.1, center_learning_rate=0.02), 0.0, 6.0),
+    ("pgpe", "rastrigin"): (lambda: jaxes.pgpe(64, 1.0, center_learning_rate=0.05), 3.0, 200.0),
+    ("snes", "sphere"): (lambda: jaxes.snes(32, 1.0), 3.0, 1e-3),
+    ("snes", "rosenbrock"): (lambda: jaxes.snes(32, 1.0), 0.0, 25.0),
+    ("snes", "rastrigin"): (lambda: jaxes.snes(32, 1.0), 3.0, 30.0),
+    ("ars", "sphere"): (lambda: jaxes.ars(64, 0.5, learning_rate=0.1, top_k=16), 3.0, 0.1),
+    ("ars", "rosenbrock"): (lambda: jaxes.ars(64, 0.02, learning_rate=0.03, top_k=16), 0.0, 22.0),
+    ("ars", "rastrigin"): (lambda: jaxes.ars(64, 1.0, learning_rate=0.1, top_k=16), 3.0, 200.0),
+    ("sep_cma_es", "sphere"): (lambda: jaxes.sep_cma_es(32, 1.0), 3.0, 1e-3),
+    ("sep_cma_es", "rosenbrock"): (lambda: jaxes.sep_cma_es(32, 1.0), 0.0, 20.0),
+    ("sep_cma_es", "rastrigin"): (lambda: jaxes.sep_cma_es(32, 1.0), 3.0, 40.0),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,fn", sorted(CONVERGENCE))
+def test_converges_under_jit_and_scan(name, fn):
+    factory, start, target = CONVERGENCE[(name, fn)]
+    es, f = factory(), functions.FUNCTIONS[fn]
+
+    @jax.jit
+    @jax.vmap
+    def run(key):
+        def step(state, k):
+            population, state = es.ask(k, state)
+            state, _ = es.tell(state, -jax.vmap(f)(population))
+            return state, None
+
+        init_key, run_key = jax.random.split(key)
+        state = es.init(init_key, jnp.full(D, start))
+        state, _ = jax.lax.scan(step, state, jax.random.split(run_key, GENERATIONS))
+        return jnp.minimum(f(state.params), -state.best_fitness)
+
+    reached = run(jax.random.split(jax.random.key(0), 2))
+    assert bool(jnp.all(reached < target)), f"{name} on {fn}: {reached.tolist()} vs < {target}"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: jaxes.pgpe(7), "population_size"),
+        (lambda: jaxes.pgpe(8, sigma=0.0), "sigma"),
+        (lambda: jaxes.pgpe(8, sigma={"w": jnp.array([0.1, -0.1])}), "sigma"),
+        (lambda: jaxes.pgpe(8, center_learning_rate=0.0), "center_learning_rate"),
+        (lambda: jaxes.pgpe(8, stdev_learning_rate=-0.1), "stdev_learning_rate"),
+        (lambda: jaxes.pgpe(8, stdev_max_change=1.5), "stdev_max_change"),
+        (lambda: jaxes.pgpe(8, momentum=1.0), "momentum"),
+        (lambda: jaxes.snes(1), "population_size"),
+        (lambda: jaxes.snes(8, sigma=-1.0), "sigma"),
+        (lambda: jaxes.snes(8, mean_learning_rate=0.0), "mean_learning_rate"),
+        (lambda: jaxes.snes(8, sigma_learning_rate=-1.0), "sigma_learning_rate"),
+        (lambda: jaxes.ars(8, top_k=5), "top_k"),
+        (lambda: jaxes.ars(8, top_k=0), "top_k"),
+        (lambda: jaxes.ars(8, sigma=0.0), "sigma"),
+        (lambda: jaxes.ars(8, learning_rate=-0.01), "learning_rate"),
+        (lambda: jaxes.sep_cma_es(8, elite_size=9), "elite_size"),
+        (lambda: jaxes.sep_cma_es(8, elite_size=0), "elite_size"),
+        (lambda: jaxes.sep_cma_es(8, sigma=0.0), "sigma"),
+        (lambda: jaxes.sep_cma_es(8, mean_learning_rate=-1.0), "mean_learning_rate"),
+    ],
+)
+def test_bad_settings_name_the_argument(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_ars_top_k_error_states_the_bound():
+    with pytest.raises(ValueError, match=r"\[1, 4\]"):
+        jaxes.ars(8, top_k=5)
+
+
+@pytest.mark.parametrize("name", ["pgpe", "snes", "ars", "sep_cma_es"])
+def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
+    es = STRATEGIES[name]()
+    state = es.init(jax.random.key(0), PARAMS)
+    population, state = es.ask(jax.random.key(1), state)
+    fitness = jax.vmap(fitness_fn)(population).at[3].set(jnp.nan).at[6].set(jnp.inf)
+    state, info = es.tell(state, fitness)
+    floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats if x.ndim > 0)
+    assert bool(jnp.isfinite(info.best_fitness))
