@@ -70,6 +70,12 @@ TRAIN_FLAGS = [
     ("--eval-episodes", "eval_episodes", int, "episodes of each noise-free evaluation"),
     ("--checkpoint-every", "checkpoint_every", int, "generations between checkpoints"),
     ("--devices", "devices", int, "devices to split the population over (0: all, all hosts)"),
+    (
+        "--normalize-observations",
+        "normalize_observations",
+        argparse.BooleanOptionalAction,
+        "feed the policy running-normalised observations (off: ARS V1, on: V2)",
+    ),
 ]
 
 
@@ -86,15 +92,15 @@ def _parser() -> argparse.ArgumentParser:
         help="train a policy with ES",
         description="Train a Brax policy with an evolution strategy. Writes config.json, "
         "metrics.jsonl, checkpoints/ and learning_curve.png into --out.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for flag, field, kind, text in TRAIN_FLAGS:
+        how = {"action": kind} if kind is argparse.BooleanOptionalAction else {"type": kind}
         train.add_argument(
             flag,
             dest=field,
-            type=kind,
             default=None,
             help=f"{text} (default: {_default_text(field)})",
+            **how,
         )
     train.add_argument(
         "--out",
