@@ -70,17 +70,18 @@ def close(actual, expected, what, rtol=2e-4, scale=None):
     assert err <= rtol * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
 
 
-def test_moments_from_keys_equal_the_explicit_population(sampled):
-    _, _, state, pop, _, _, stats, _ = sampled
-    delta = pop - flat(state.params)[None]
-    m = np.asarray(stats.masses, np.float64)
-    size = float(np.max(np.abs(m) @ np.abs(delta)))
-    close(flat(stats.moments.mass_moment), m @ delta, "Σ m_i δ_i", scale=size)
-    size = float(np.max(np.abs(delta).sum(0)))
-    close(flat(stats.moments.displacement_sum), delta.sum(0), "Σ δ_i", scale=size)
-    if stats.moments.mass_square_moment is not None:
-        close(flat(stats.moments.mass_square_moment), m @ delta**2, "Σ m_i δ_i²")
-        close(flat(stats.moments.square_sum), (delta**2).sum(0), "Σ δ_i²")
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_moments_from_keys_equal_the_explicit_population(name):
+    testing.assert_moments_match_population(
+        STRATEGIES[name](), PARAMS, fitness_fn, jax.random.key(4)
+    )
+
+
+def test_classical_check_refuses_a_per_coordinate_sigma():
+    with pytest.raises(ValueError, match="scalar σ"):
+        testing.assert_update_matches_classical(
+            STRATEGIES["snes"](), PARAMS, fitness_fn, jax.random.key(4)
+        )
 
 
 def centre_of_mass_terms(pop, theta, masses):

@@ -68,6 +68,17 @@ def moments(displacements: Params, mass: jax.Array, squares: bool = False) -> Po
       displacements: ``δ_i = x_i - θ`` as a pytree whose leaves have leading axis ``P``.
       mass: ``(P,)`` non-negative masses.
       squares: also the second moments ``Σ m_i δ_i²`` and ``Σ δ_i²``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> d = {"w": jnp.array([[0.5, 1.0], [-0.5, -1.0]])}
+      >>> m = moments(d, jnp.array([1.0, 0.0]), squares=True)
+      >>> m.count, float(m.total_mass)
+      (2, 1.0)
+      >>> m.mass_moment["w"].tolist(), m.displacement_sum["w"].tolist()
+      ([0.5, 1.0], [0.0, 0.0])
+      >>> m.square_sum["w"].tolist()
+      [0.5, 2.0]
     """
     mass = jnp.asarray(mass, jnp.float32)
     d32 = jax.tree.map(lambda d: d.astype(jnp.float32), displacements)
@@ -87,7 +98,15 @@ def moments(displacements: Params, mass: jax.Array, squares: bool = False) -> Po
 
 
 def scale_moments(m: PopulationMoments, factor) -> PopulationMoments:
-    """The moments of the population with every displacement multiplied by ``factor``."""
+    """The moments of the population with every displacement multiplied by ``factor``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> m = moments(jnp.array([[0.5], [1.5]]), jnp.array([1.0, 0.0]), squares=True)
+      >>> m2 = scale_moments(m, 2.0)
+      >>> m2.mass_moment.tolist(), m2.square_sum.tolist()  # first moments x2, second x4
+      ([1.0], [10.0])
+    """
 
     def times(tree, power):
         return None if tree is None else jax.tree.map(lambda x: x * factor**power, tree)
@@ -101,12 +120,28 @@ def scale_moments(m: PopulationMoments, factor) -> PopulationMoments:
 
 
 def plain_centroid(m: PopulationMoments) -> Params:
-    """``c - θ = (1/P) Σ δ_i``."""
+    """``c - θ = (1/P) Σ δ_i``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> m = moments({"w": jnp.array([[0.5], [1.5]])}, jnp.array([1.0, 0.0]))
+      >>> plain_centroid(m)["w"].tolist()
+      [1.0]
+    """
     return jax.tree.map(lambda s: s / m.count, m.displacement_sum)
 
 
 def centre_of_mass(m: PopulationMoments) -> Params:
-    """``M - θ = Σ m_i δ_i / Σ m_i``; zero when the total mass is zero (all weights equal)."""
+    """``M - θ = Σ m_i δ_i / Σ m_i``; zero when the total mass is zero (all weights equal).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> d = {"w": jnp.array([[1.0], [-1.0]])}
+      >>> centre_of_mass(moments(d, jnp.array([3.0, 1.0])))["w"].tolist()  # (3 - 1) / 4
+      [0.5]
+      >>> centre_of_mass(moments(d, jnp.zeros(2)))["w"].tolist()
+      [0.0]
+    """
     positive = m.total_mass > 0
     safe_total = jnp.where(positive, m.total_mass, 1.0)
     return jax.tree.map(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_moment)
@@ -114,14 +149,29 @@ def centre_of_mass(m: PopulationMoments) -> Params:
 
 def mass_spread(m: PopulationMoments) -> Params:
     """``Σ m_i δ_i² / Σ m_i``: per-coordinate second moment of the mass-weighted cloud about θ
-    (zero when the total mass is zero)."""
+    (zero when the total mass is zero). Needs moments taken with ``squares=True``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> d = jnp.array([[1.0], [-1.0], [0.5], [-0.5]])
+      >>> mass_spread(moments(d, jnp.array([1.0, 1.0, 0.0, 0.0]), squares=True)).tolist()
+      [1.0]
+    """
     positive = m.total_mass > 0
     safe_total = jnp.where(positive, m.total_mass, 1.0)
     return jax.tree.map(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_square_moment)
 
 
 def plain_spread(m: PopulationMoments) -> Params:
-    """``(1/P) Σ δ_i²``: per-coordinate second moment of the plain cloud about θ."""
+    """``(1/P) Σ δ_i²``: per-coordinate second moment of the plain cloud about θ. Needs
+    moments taken with ``squares=True``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> d = jnp.array([[1.0], [-1.0], [0.5], [-0.5]])
+      >>> plain_spread(moments(d, jnp.array([1.0, 1.0, 0.0, 0.0]), squares=True)).tolist()
+      [0.625]
+    """
     return jax.tree.map(lambda s: s / m.count, m.square_sum)
 
 
@@ -158,6 +208,15 @@ def classical_estimator(
       noise: ``ε_i`` as a pytree whose leaves have leading axis ``P``.
       sigma: scalar σ.
       mean_subtract: subtract ``w̄`` first.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> w, eps, sigma = jnp.array([1.0, 0.0]), {"w": jnp.array([[1.0], [-1.0]])}, 0.5
+      >>> classical_estimator(w, eps, sigma)["w"].tolist()
+      [1.0]
+      >>> d = {"w": sigma * eps["w"]}  # the same step as a centre-of-mass displacement
+      >>> displacement_update(moments(d, masses(w)), sigma)["w"].tolist()
+      [1.0]
     """
     w = jnp.asarray(weights, jnp.float32)
     if mean_subtract:
@@ -172,6 +231,12 @@ def classical_estimator(
 
 
 def tree_norm(tree: Params) -> jax.Array:
-    """Euclidean norm of all leaves together."""
+    """Euclidean norm of all leaves together.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
+      5.0
+    """
     leaves = jax.tree.leaves(tree)
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))

@@ -49,6 +49,16 @@ def check_params(params: Params) -> Params:
 
     Weak types are dropped so that the state a strategy returns has the same types as the one
     it was given, and jitted ``ask``/``tell`` never retrace.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> p = check_params({"w": 1.0, "b": jnp.zeros(2, jnp.bfloat16)})
+      >>> p["w"].dtype, p["w"].weak_type, p["b"].dtype
+      (dtype('float32'), False, dtype(bfloat16))
+      >>> check_params({"w": jnp.arange(3)})  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      ValueError: params: leaf ['w'] has dtype int32; evolution strategies perturb floating ...
     """
     leaves = jax.tree.leaves(params)
     if not leaves:
@@ -64,12 +74,25 @@ def check_params(params: Params) -> Params:
 
 
 def num_params(params: Params) -> int:
-    """Total number of scalars in ``params``."""
+    """Total number of scalars in ``params``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> num_params({"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)})
+      8
+    """
     return sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params))
 
 
 def unflatten_like(flat: jax.Array, params: Params) -> Params:
-    """Splits a flat vector into a pytree shaped like ``params`` (leaf order of ``jax.tree``)."""
+    """Splits a flat vector into a pytree shaped like ``params`` (leaf order of ``jax.tree``).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> tree = unflatten_like(jnp.arange(5.0), {"w": jnp.zeros((1, 3)), "b": jnp.zeros(2)})
+      >>> tree["b"].tolist(), tree["w"].tolist()  # dict leaves in sorted key order
+      ([0.0, 1.0], [[2.0, 3.0, 4.0]])
+    """
     leaves, treedef = jax.tree.flatten(params)
     sizes = [math.prod(jnp.shape(x)) for x in leaves]
     parts = jnp.split(flat, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [flat]
@@ -137,6 +160,14 @@ def perturb(params: Params, sigma, eps: Params, sign) -> Params:
     """``params + sign * sigma * eps`` leaf by leaf, computed in float32, cast back to each leaf.
 
     ``sigma`` is a scalar or a pytree like ``params`` (per-coordinate σ).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params, eps = {"w": jnp.zeros(2)}, {"w": jnp.array([1.0, -2.0])}
+      >>> perturb(params, 0.5, eps, -1.0)["w"].tolist()
+      [-0.5, 1.0]
+      >>> perturb(params, {"w": jnp.array([1.0, 0.25])}, eps, 1.0)["w"].tolist()
+      [1.0, -0.5]
     """
     sigmas = broadcast_like(sigma, params)
     return jax.tree.map(
@@ -148,7 +179,16 @@ def perturb(params: Params, sigma, eps: Params, sign) -> Params:
 
 
 def broadcast_like(value, params: Params) -> Params:
-    """``value`` if it is already a pytree like ``params``, else ``value`` at every leaf."""
+    """``value`` if it is already a pytree like ``params``, else ``value`` at every leaf.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params = {"a": jnp.zeros(2), "b": jnp.zeros(3)}
+      >>> broadcast_like(0.1, params)
+      {'a': 0.1, 'b': 0.1}
+      >>> broadcast_like({"a": 1.0, "b": 2.0}, params)
+      {'a': 1.0, 'b': 2.0}
+    """
     if jax.tree.structure(value) == jax.tree.structure(params) and jax.tree.leaves(value):
         return value
     return jax.tree.map(lambda _: value, params)

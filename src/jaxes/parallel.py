@@ -31,7 +31,16 @@ AXIS = "population"
 
 
 def check_split(population_size: int, num_devices: int) -> int:
-    """Members per device; a ``ValueError`` naming both numbers and the nearest valid sizes."""
+    """Members per device; a ``ValueError`` naming both numbers and the nearest valid sizes.
+
+    Example:
+      >>> check_split(32, 4)
+      8
+      >>> check_split(30, 4)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      ValueError: population_size: 30 members cannot be split evenly over 4 devices; ... 28 or 32
+    """
     if population_size % num_devices == 0:
         return population_size // num_devices
     # With antithetic pairs a valid size must also stay even.
@@ -52,15 +61,36 @@ def local_step(strategy: Strategy, task: Task, num_shards: int, axis_name: str =
     The state must be replicated; every device returns the same new state. Equals
     ``step.generation_step`` on one device up to the summation order of task statistics.
 
-    Example (4 devices, ``jax.pmap`` as users write it):
-      ``pstep = jax.pmap(local_step(strategy, task, 4), axis_name="population")``
+    With 4 devices and ``jax.pmap``, as users write it:
+    ``pstep = jax.pmap(local_step(strategy, task, 4), axis_name="population")``.
+
+    Example (``jax.vmap`` stands in for 2 devices; ``eval_shape`` traces without compiling):
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> from jaxes.step import TrainState
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> ts = TrainState(es.init(jax.random.key(0), task.init_params(None)), task.init(None),
+      ...                 jax.random.key(1), jnp.zeros((), jnp.int32))
+      >>> copies = jax.tree.map(lambda x: jnp.stack([x, x]), ts)  # replicated over 2 "devices"
+      >>> step = jax.vmap(local_step(es, task, num_shards=2), axis_name="population")
+      >>> out, metrics = jax.eval_shape(step, copies)  # or run it: jax.jit(step)(copies)
+      >>> out.strategy_state.params.shape, metrics["fitness_mean"].shape
+      ((2, 2), (2,))
     """
     check_split(strategy.population_size, num_shards)
     return generation_step(strategy, task, axis_name, num_shards)
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices of every process (default: all)."""
+    """A 1-D mesh over the first ``num_devices`` devices of every process (default: all).
+
+    Example:
+      >>> mesh = make_mesh(1)
+      >>> mesh.axis_names, mesh.devices.size
+      (('population',), 1)
+      >>> make_mesh().devices.size == len(jax.devices())
+      True
+    """
     devices = jax.devices()
     if num_devices is not None:
         if not isinstance(num_devices, numbers.Integral) or not 1 <= num_devices <= len(devices):
@@ -73,12 +103,32 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
-    """The sharding of a state every device holds whole."""
+    """The sharding of a state every device holds whole.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.device_put(jnp.zeros(3), replicated(make_mesh()))
+      >>> x.sharding.is_fully_replicated, len(x.sharding.device_set) == len(jax.devices())
+      (True, True)
+    """
     return NamedSharding(mesh, PartitionSpec())
 
 
 def sharded_step(strategy: Strategy, task: Task, mesh: Mesh):
-    """``local_step`` under ``shard_map`` over ``mesh``: replicated state in and out."""
+    """``local_step`` under ``shard_map`` over ``mesh``: replicated state in and out.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> from jaxes.step import TrainState
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> mesh = make_mesh(1)  # any device count that divides the population size
+      >>> ts = TrainState(es.init(jax.random.key(0), task.init_params(None)), task.init(None),
+      ...                 jax.random.key(1), jnp.zeros((), jnp.int32))
+      >>> ts, metrics = jax.jit(sharded_step(es, task, mesh))(jax.device_put(ts, replicated(mesh)))
+      >>> int(ts.generation), int(metrics["evaluations"])
+      (1, 4)
+    """
     step = local_step(strategy, task, mesh.devices.size, mesh.axis_names[0])
     return jax.shard_map(
         step, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False
@@ -96,12 +146,19 @@ def initialize_distributed(
     Arguments left as ``None`` are read from ``JAXES_COORDINATOR_ADDRESS``,
     ``JAXES_NUM_PROCESSES`` and ``JAXES_PROCESS_ID``. Must run before any other JAX call.
     On CPU the processes talk through gloo.
+
+    Example:
+      >>> initialize_distributed(num_processes=1)  # one process: nothing to start
+      False
+
+    With several processes, each one calls (or sets the ``JAXES_*`` variables instead)
+    ``initialize_distributed("10.0.0.1:1234", num_processes=2, process_id=i)``.
     """
     env = os.environ
     coordinator_address = coordinator_address or env.get("JAXES_COORDINATOR_ADDRESS")
     num_processes = num_processes if num_processes is not None else _env_int("JAXES_NUM_PROCESSES")
     process_id = process_id if process_id is not None else _env_int("JAXES_PROCESS_ID")
-    if coordinator_address is None and num_processes in (None, 1):
+    if num_processes == 1 or (coordinator_address is None and num_processes is None):
         return False
     if coordinator_address is None or num_processes is None or process_id is None:
         raise ValueError(

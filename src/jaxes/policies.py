@@ -71,5 +71,15 @@ def mlp(
 
 
 def linear(obs_size: int, action_size: int, action_low=-1.0, action_high=1.0) -> Policy:
-    """A linear map of the observation, tanh-bounded to the action range (no hidden layer)."""
+    """A linear map of the observation, tanh-bounded to the action range (no hidden layer).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> pol = linear(3, 2, action_low=0.0, action_high=2.0)
+      >>> params = pol.init(jax.random.key(0))
+      >>> jax.tree.map(jnp.shape, params["params"])
+      {'Dense_0': {'bias': (2,), 'kernel': (3, 2)}}
+      >>> pol.apply(params, jnp.ones(3)).tolist()  # zero-initialised: mid-range
+      [1.0, 1.0]
+    """
     return mlp(obs_size, action_size, (), "tanh", action_low, action_high)

@@ -12,7 +12,15 @@ from jaxes import running_stats
 
 
 def rollout_states(task, config, state, seed: int = 0):
-    """Pipeline states of one noise-free episode (until done or ``episode_length``)."""
+    """Pipeline states of one noise-free episode (until done or ``episode_length``).
+
+    Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
+      >>> from jaxes.train import load_run
+      >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
+      >>> states, episode_return = rollout_states(task, config, state)  # doctest: +SKIP
+      >>> len(states) <= config.episode_length + 1  # doctest: +SKIP
+      True
+    """
     env, policy = task.env, task.policy
     params = state.strategy_state.params
     stats = state.task_state.obs_stats
@@ -36,7 +44,15 @@ def rollout_states(task, config, state, seed: int = 0):
 
 
 def write_replay(task, config, state, path: str, seed: int = 0) -> tuple[float, int]:
-    """Writes the replay to ``path``; returns the episode's return and length."""
+    """Writes the replay to ``path``; returns the episode's return and length.
+
+    Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
+      >>> from jaxes.train import load_run
+      >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
+      >>> ret, length = write_replay(task, config, state, "replay.html")  # doctest: +SKIP
+      >>> length <= config.episode_length  # doctest: +SKIP
+      True
+    """
     states, total = rollout_states(task, config, state, seed)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")

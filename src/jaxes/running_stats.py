@@ -36,7 +36,13 @@ class BatchMoments(NamedTuple):
 
 
 def init(size: int) -> RunningStats:
-    """Empty statistics for vectors of length ``size``."""
+    """Empty statistics for vectors of length ``size``.
+
+    Example:
+      >>> s = init(3)
+      >>> float(s.count), s.mean.tolist(), s.m2.tolist()
+      (0.0, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    """
     return RunningStats(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
 
 
@@ -47,6 +53,16 @@ def batch_moments(
 
     ``axes`` are the batch axes summed over (default: all of them); the others are kept, e.g.
     one set of moments per population member.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> x = jnp.array([[1.0], [3.0], [100.0]])
+      >>> b = batch_moments(init(1), x, jnp.array([True, True, False]))  # the last row is masked
+      >>> float(b.count), b.s1.tolist(), b.s2.tolist()
+      (2.0, [4.0], [10.0])
+      >>> x = jnp.ones((2, 3, 1))  # 2 members x 3 steps, one set of moments per member
+      >>> batch_moments(init(1), x, jnp.ones((2, 3), bool), axes=(1,)).count.tolist()
+      [3.0, 3.0]
     """
     w = mask.astype(jnp.float32)[..., None]
     d = jnp.where(w > 0, x - stats.mean, 0.0)
@@ -55,24 +71,57 @@ def batch_moments(
 
 
 def total(moments: BatchMoments, axis: int = 0) -> BatchMoments:
-    """Per-part moments (leading axis) summed into one, in a fixed order."""
+    """Per-part moments (leading axis) summed into one, in a fixed order.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> per_member = batch_moments(init(1), jnp.ones((2, 3, 1)), jnp.ones((2, 3), bool), (1,))
+      >>> b = total(per_member)
+      >>> float(b.count), b.s1.tolist()
+      (6.0, [6.0])
+    """
     return jax.tree.map(lambda m: jnp.sum(m, axis), moments)
 
 
 def add_moments(a: BatchMoments, b: BatchMoments) -> BatchMoments:
-    """Two batches taken about the same shift, as one."""
+    """Two batches taken about the same shift, as one.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = batch_moments(init(1), jnp.array([[1.0]]), jnp.ones(1, bool))
+      >>> b = batch_moments(init(1), jnp.array([[3.0]]), jnp.ones(1, bool))
+      >>> ab = add_moments(a, b)
+      >>> float(ab.count), ab.s1.tolist(), ab.s2.tolist()
+      (2.0, [4.0], [10.0])
+    """
     return jax.tree.map(jnp.add, a, b)
 
 
 def zero_moments(size: int, batch: tuple[int, ...] = ()) -> BatchMoments:
-    """Moments of an empty batch (one per index of ``batch``)."""
+    """Moments of an empty batch (one per index of ``batch``).
+
+    Example:
+      >>> z = zero_moments(2, (3,))
+      >>> z.count.shape, z.s1.shape, z.s2.shape
+      ((3,), (3, 2), (3, 2))
+    """
     return BatchMoments(
         jnp.zeros(batch, jnp.float32), jnp.zeros(batch + (size,)), jnp.zeros(batch + (size,))
     )
 
 
 def merge(stats: RunningStats, batch: BatchMoments) -> RunningStats:
-    """Statistics of everything in ``stats`` and in ``batch`` (taken about ``stats.mean``)."""
+    """Statistics of everything in ``stats`` and in ``batch`` (taken about ``stats.mean``).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> s = merge(init(1), batch_moments(init(1), jnp.array([[1.0], [3.0]]), jnp.ones(2, bool)))
+      >>> float(s.count), s.mean.tolist(), s.m2.tolist()
+      (2.0, [2.0], [2.0])
+      >>> s = merge(s, batch_moments(s, jnp.array([[5.0], [7.0]]), jnp.ones(2, bool)))
+      >>> float(s.count), s.mean.tolist(), s.m2.tolist()  # as if [1, 3, 5, 7] came at once
+      (4.0, [4.0], [20.0])
+    """
     count = stats.count + batch.count
     safe = jnp.maximum(count, 1.0)
     return RunningStats(
@@ -83,7 +132,17 @@ def merge(stats: RunningStats, batch: BatchMoments) -> RunningStats:
 
 
 def variance(stats: RunningStats) -> jax.Array:
-    """Population variance (ones until two samples have been seen)."""
+    """Population variance (ones until two samples have been seen).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> s = merge(init(1), batch_moments(init(1), jnp.array([[1.0], [3.0]]), jnp.ones(2, bool)))
+      >>> variance(s).tolist(), variance(init(1)).tolist()
+      ([1.0], [1.0])
+      >>> s = merge(s, batch_moments(s, jnp.array([[5.0], [7.0]]), jnp.ones(2, bool)))
+      >>> variance(s).tolist()
+      [5.0]
+    """
     return jnp.where(stats.count > 1, stats.m2 / jnp.maximum(stats.count, 1.0), 1.0)
 
 

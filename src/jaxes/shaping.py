@@ -114,7 +114,19 @@ SHAPINGS: dict[str, Shaping] = {
 
 
 def get_shaping(shaping: str | Shaping) -> Shaping:
-    """Looks up a shaping by name, or passes a callable through."""
+    """Looks up a shaping by name, or passes a callable through.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> get_shaping("z_score") is z_score
+      True
+      >>> get_shaping(jnp.tanh) is jnp.tanh
+      True
+      >>> get_shaping("rank")  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      ValueError: fitness_shaping: unknown value 'rank'; allowed: [...] or a callable
+    """
     if callable(shaping):
         return shaping
     if shaping not in SHAPINGS:

@@ -26,7 +26,15 @@ class TrainState(NamedTuple):
 
 
 def scalar_metrics(info) -> dict:
-    """The scalar fields of a strategy's ``info`` (parameter-sized ones stay out of logs)."""
+    """The scalar fields of a strategy's ``info`` (parameter-sized ones stay out of logs).
+
+    Example:
+      >>> import collections, jax.numpy as jnp
+      >>> Info = collections.namedtuple("Info", "fitness_mean best_params sigma")
+      >>> metrics = scalar_metrics(Info(jnp.array(1.5), jnp.zeros(3), jnp.array(0.1)))
+      >>> sorted(metrics), float(metrics["fitness_mean"])
+      (['fitness_mean', 'sigma'], 1.5)
+    """
     return {k: v for k, v in info._asdict().items() if isinstance(v, jax.Array) and v.ndim == 0}
 
 
@@ -41,6 +49,20 @@ def generation_step(
         ``axis_name=`` (to merge its statistics across devices).
       axis_name: the mapped axis the population is split over, or ``None`` on one device.
       num_shards: devices along ``axis_name``; must divide the population size.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> ts = TrainState(
+      ...     strategy_state=es.init(jax.random.key(0), task.init_params(None)),
+      ...     task_state=task.init(None),
+      ...     key=jax.random.key(1),
+      ...     generation=jnp.zeros((), jnp.int32),
+      ... )
+      >>> ts, metrics = jax.jit(generation_step(es, task))(ts)
+      >>> int(ts.generation), int(metrics["evaluations"]), float(metrics["fitness_max"]) < 0
+      (1, 4, True)
     """
     per_shard = strategy.population_size // num_shards
 

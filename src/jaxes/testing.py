@@ -2,7 +2,7 @@
 
 Each function runs the strategy on *your* params and fitness and raises ``AssertionError``
 with the largest discrepancy when a property fails. They need a strategy whose ``estimate``
-stats carry ``weights`` and ``sigma`` (every jaxes strategy written as a centroid update).
+stats carry ``weights``, ``masses``, ``moments`` and ``sigma`` (every jaxes strategy).
 
 Example:
   >>> import jax, jax.numpy as jnp, jaxes
@@ -51,7 +51,7 @@ def _close(
         err = np.max(np.abs(a64 - e64), initial=0.0)
         if not err <= scale:
             raise AssertionError(
-                f"{name}: leaf {jax.tree_util.keystr(path[0])} differs by {err:.3g} "
+                f"{name}: leaf {jax.tree_util.keystr(path[0]) or '<root>'} differs by {err:.3g} "
                 f"(allowed {scale:.3g})"
             )
 
@@ -66,6 +66,9 @@ def assert_update_matches_classical(
 ) -> None:
     """The strategy's centroid direction equals ``(1/(Pσ)) Σ (w_i - w̄) ε_i``.
 
+    This is OpenAI-ES's identity (``jaxes.open_es``: a scalar σ and the step
+    ``(m̄/σ²)(M - c)``). Other strategies scale the displacement differently; check them with
+    ``assert_moments_match_population`` and their own formulas (``tests/test_strategies.py``).
     ``ε_i`` is read back from the population the strategy actually returned
     (``(x_i - θ)/σ`` in float64), so this also checks that ``tell`` rebuilt the same noise.
 
@@ -75,9 +78,21 @@ def assert_update_matches_classical(
       fitness: a per-member fitness function (maximised) or a ``(P,)`` array.
       key: PRNG key.
       rtol, atol: tolerance relative to the largest entry of the reference.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=16, sigma=0.1)
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
+      >>> assert_update_matches_classical(es, params, fitness_fn, jax.random.key(0))
     """
     state, population, values = _sample(strategy, params, fitness, key)
     direction, stats = strategy.estimate(state, values)
+    if np.ndim(stats.sigma) != 0 or jax.tree.structure(stats.sigma).num_leaves != 1:
+        raise ValueError(
+            "strategy: assert_update_matches_classical needs a scalar σ (open_es); this "
+            "strategy's σ is per coordinate, use assert_moments_match_population"
+        )
     sigma = np.float64(stats.sigma)
     noise = jax.tree.map(
         lambda x, t: (np.asarray(x, np.float64) - np.asarray(t, np.float64)[None]) / sigma,
@@ -98,6 +113,58 @@ def assert_update_matches_classical(
     _close("centroid update vs classical estimator", direction, reference, rtol, atol, slack)
 
 
+def assert_moments_match_population(
+    strategy: Strategy, params: Params, fitness: FitnessArg, key: jax.Array, rtol: float = 2e-4
+) -> None:
+    """The centre-of-mass moments ``estimate`` rebuilt from keys equal those of the population
+    ``ask`` returned: ``Σ m_i δ_i`` and ``Σ δ_i`` (and ``Σ m_i δ_i²``, ``Σ δ_i²`` where the
+    strategy adapts σ), with ``δ_i = x_i - θ`` in float64. Works for every jaxes strategy.
+
+    The tolerance is relative to the size of the summed terms (``Σ |m_i| |δ_i|``), since
+    antithetic pairs cancel ``Σ δ_i`` to exactly zero.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.snes(population_size=8, sigma=0.3)
+      >>> assert_moments_match_population(
+      ...     es, {"w": jnp.ones(3)}, lambda p: -jnp.sum(p["w"] ** 2), jax.random.key(0))
+    """
+    state, population, values = _sample(strategy, params, fitness, key)
+    _, stats = strategy.estimate(state, values)
+    m = np.asarray(stats.masses, np.float64)
+    delta = jax.tree.map(
+        lambda x, t: np.asarray(x, np.float64) - np.asarray(t, np.float64)[None],
+        population,
+        state.params,
+    )
+    moments = stats.moments
+
+    def check(name, actual, coeffs, power):
+        if actual is None:
+            return
+        for path, a, d in zip(
+            jax.tree_util.tree_leaves_with_path(actual),
+            jax.tree.leaves(actual),
+            jax.tree.leaves(delta),
+            strict=True,
+        ):
+            terms = d**power
+            expected = np.tensordot(coeffs, terms, axes=(0, 0))
+            size = np.max(np.tensordot(np.abs(coeffs), np.abs(terms), axes=(0, 0)), initial=0.0)
+            err = np.max(np.abs(np.asarray(a, np.float64) - expected), initial=0.0)
+            if not err <= rtol * max(size, 1e-30):
+                raise AssertionError(
+                    f"{name}: leaf {jax.tree_util.keystr(path[0]) or '<root>'} differs by "
+                    f"{err:.3g} (terms of size {size:.3g})"
+                )
+
+    ones = np.ones_like(m)
+    check("Σ m_i δ_i", moments.mass_moment, m, 1)
+    check("Σ δ_i", moments.displacement_sum, ones, 1)
+    check("Σ m_i δ_i²", moments.mass_square_moment, m, 2)
+    check("Σ δ_i²", moments.square_sum, ones, 2)
+
+
 def assert_shift_and_scale_invariant(
     strategy: Strategy,
     params: Params,
@@ -111,6 +178,13 @@ def assert_shift_and_scale_invariant(
     """``F -> F + shift`` (and ``F -> scale * F`` unless ``scale`` is None) leave the step alone.
 
     Pass ``scale=None`` for ``fitness_shaping="raw"``, whose step scales with fitness.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=16, sigma=0.1, fitness_shaping="raw")
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> fitness = jnp.arange(16.0)  # a (P,) array instead of a function
+      >>> assert_shift_and_scale_invariant(es, params, fitness, jax.random.key(0), scale=None)
     """
     state, _, values = _sample(strategy, params, fitness, key)
     base, _ = strategy.estimate(state, values)
@@ -128,7 +202,15 @@ def assert_monotone_invariant(
     key: jax.Array,
     transform: Callable[[jax.Array], jax.Array] = jnp.arctan,
 ) -> None:
-    """A strictly increasing ``transform`` of fitness leaves a rank-shaped step unchanged."""
+    """A strictly increasing ``transform`` of fitness leaves a rank-shaped step unchanged.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=16, sigma=0.1)  # centered ranks by default
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
+      >>> assert_monotone_invariant(es, params, fitness_fn, jax.random.key(0), jnp.exp)
+    """
     state, _, values = _sample(strategy, params, fitness, key)
     base, _ = strategy.estimate(state, values)
     mapped, _ = strategy.estimate(state, transform(values))
@@ -138,7 +220,15 @@ def assert_monotone_invariant(
 def assert_antithetic_centroid_on_model(
     strategy: Strategy, params: Params, fitness: FitnessArg, key: jax.Array
 ) -> None:
-    """With antithetic pairs the plain centroid sits exactly on the model (``‖c - θ‖ = 0``)."""
+    """With antithetic pairs the plain centroid sits exactly on the model (``‖c - θ‖ = 0``).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=16, sigma=0.1)  # antithetic pairs by default
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
+      >>> assert_antithetic_centroid_on_model(es, params, fitness_fn, jax.random.key(0))
+    """
     state, _, values = _sample(strategy, params, fitness, key)
     _, stats = strategy.estimate(state, values)
     offset = float(centroid.tree_norm(centroid.plain_centroid(stats.moments)))
@@ -147,7 +237,14 @@ def assert_antithetic_centroid_on_model(
 
 
 def assert_members_rebuilt(strategy: Strategy, params: Params, key: jax.Array) -> None:
-    """``member(state, i)`` is bit-identical to row ``i`` of ``ask``'s population, for every i."""
+    """``member(state, i)`` is bit-identical to row ``i`` of ``ask``'s population, for every i.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=16, sigma=0.1)
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> assert_members_rebuilt(es, params, jax.random.key(0))
+    """
     init_key, ask_key = jax.random.split(key)
     state = strategy.init(init_key, params)
     population, state = strategy.ask(ask_key, state)
@@ -158,6 +255,7 @@ def assert_members_rebuilt(strategy: Strategy, params: Params, key: jax.Array) -
 __all__ = [
     "assert_antithetic_centroid_on_model",
     "assert_members_rebuilt",
+    "assert_moments_match_population",
     "assert_monotone_invariant",
     "assert_shift_and_scale_invariant",
     "assert_update_matches_classical",

@@ -126,7 +126,19 @@ class TrainConfig:
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:
-    """The strategy and the Brax task a config describes (errors name the bad setting)."""
+    """The strategy and the Brax task a config describes (errors name the bad setting).
+
+    Building compiles nothing (the observation size comes from a traced reset).
+
+    Example:
+      >>> strategy, task = build(TrainConfig(strategy="pgpe", population_size=8))
+      >>> strategy.population_size, type(task.env).__name__
+      (8, 'InvertedPendulum')
+      >>> build(TrainConfig(population_size=7))  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.train.ConfigError: open_es: population_size: antithetic pairs need an even population...
+    """
     task = brax_tasks.brax_task(
         config.env,
         config.backend,
@@ -147,7 +159,16 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
 
 
 def init_state(strategy: Strategy, task: Task, seed: int) -> TrainState:
-    """A fresh run: policy params from the task, strategy and task states, the run key."""
+    """A fresh run: policy params from the task, strategy and task states, the run key.
+
+    Example:
+      >>> import jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> ts = init_state(es, task, seed=0)
+      >>> int(ts.generation), ts.strategy_state.params.tolist()
+      (0, [1.0, 1.0])
+    """
 
     def init(seed):
         params_key, strategy_key, task_key, run_key = jax.random.split(_train_root(seed), 4)
@@ -176,6 +197,15 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
 
     With a ``mesh`` the population of every generation is split over its devices
     (``parallel.sharded_step``) and the state must be replicated on it (``place``).
+
+    Example (any ``Task`` works; a function task compiles in seconds, a Brax one takes longer):
+      >>> import jax, jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> runner = block_runner(es, task, 2)
+      >>> ts, metrics, returns = runner(init_state(es, task, seed=0), jax.random.key(1))
+      >>> int(ts.generation), metrics["fitness_mean"].shape, returns.shape
+      (2, (2,), (1,))
     """
     step = generation_step(strategy, task) if mesh is None else sharded_step(strategy, task, mesh)
 
@@ -192,13 +222,31 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
 
 
 def place(state: TrainState, mesh) -> TrainState:
-    """``state`` replicated on every device of ``mesh`` (of every process)."""
+    """``state`` replicated on every device of ``mesh`` (of every process).
+
+    Example:
+      >>> import jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> ts = place(init_state(es, task, seed=0), make_mesh())
+      >>> ts.strategy_state.params.sharding.is_fully_replicated, is_key(ts.key)
+      (True, True)
+    """
     host = to_host(unwrap_keys(state))
     return jax.jit(lambda data: rewrap_keys(data, state), out_shardings=replicated(mesh))(host)
 
 
 def to_host(tree):
-    """Arrays as this process's local copy (works for arrays replicated across processes)."""
+    """Arrays as this process's local copy (works for arrays replicated across processes).
+
+    PRNG keys stay as they are.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> host = to_host({"x": jnp.ones(2), "key": jax.random.key(0)})
+      >>> type(host["x"]).__name__, is_key(host["key"])
+      ('ndarray', True)
+    """
     return jax.tree.map(
         lambda x: (
             np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) and not is_key(x) else x
@@ -208,7 +256,14 @@ def to_host(tree):
 
 
 def centre_params(strategy_state) -> Any:
-    """The strategy's current centre (what is evaluated without noise)."""
+    """The strategy's current centre (what is evaluated without noise).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> state = jaxes.open_es(population_size=4).init(jax.random.key(0), jnp.zeros(2))
+      >>> centre_params(state).tolist()
+      [0.0, 0.0]
+    """
     return strategy_state.params
 
 
@@ -217,7 +272,21 @@ class RunDirError(ValueError):
 
 
 def prepare_run_dir(out: str, resume: bool) -> None:
-    """Refuses to overwrite: a new run needs an absent or empty directory; resume needs a run."""
+    """Refuses to overwrite: a new run needs an absent or empty directory; resume needs a run.
+
+    Example:
+      >>> import os, tempfile
+      >>> tmp = tempfile.TemporaryDirectory()
+      >>> out = os.path.join(tmp.name, "run")
+      >>> prepare_run_dir(out, resume=False)  # creates it
+      >>> os.path.isdir(out)
+      True
+      >>> prepare_run_dir(out, resume=True)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.train.RunDirError: --resume: .../run holds no run (config.json is missing)
+      >>> tmp.cleanup()
+    """
     if resume:
         if not os.path.isfile(os.path.join(out, "config.json")):
             raise RunDirError(f"--resume: {out} holds no run (config.json is missing)")
@@ -302,6 +371,13 @@ def run(
     is installed, ``learning_curve.png``. The population is split over ``config.devices``
     devices (0: every device of every process); with several processes only process 0 writes
     run files, and all of them take part in checkpoints.
+
+    Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
+      >>> import io
+      >>> config = TrainConfig(episode_length=100, generations=10)
+      >>> summary = run(config, "runs/pendulum", stream=io.StringIO())  # doctest: +SKIP
+      >>> summary["generations"]  # doctest: +SKIP
+      10
     """
     from jaxes import checkpoint
 
@@ -388,7 +464,23 @@ def _plot(metrics_path: str, png_path: str) -> str | None:
 
 
 def load_run(out: str) -> tuple[TrainConfig, Strategy, Task, int, TrainState]:
-    """Config, strategy, task and the newest checkpointed state of a run directory."""
+    """Config, strategy, task and the newest checkpointed state of a run directory.
+
+    Example (a run directory as ``run`` starts it, made by hand so that nothing is trained):
+      >>> import os, tempfile
+      >>> from jaxes.checkpoint import Checkpointer
+      >>> tmp = tempfile.TemporaryDirectory()
+      >>> config = TrainConfig(population_size=8, policy="linear")
+      >>> with open(os.path.join(tmp.name, "config.json"), "w") as f:
+      ...     _ = f.write(config.to_json())
+      >>> ckpt = Checkpointer(os.path.join(tmp.name, "checkpoints"))
+      >>> ckpt.save(0, init_state(*build(config), config.seed))
+      >>> ckpt.close()
+      >>> config, strategy, task, step, state = load_run(tmp.name)
+      >>> config.policy, step, int(state.generation)
+      ('linear', 0, 0)
+      >>> tmp.cleanup()
+    """
     from jaxes import checkpoint
 
     path = os.path.join(out, "config.json")

@@ -99,8 +99,8 @@ def ars(
       >>> import jax, jax.numpy as jnp
       >>> es = ars(population_size=8, sigma=0.1, learning_rate=0.1, top_k=2)
       >>> state = es.init(jax.random.key(0), jnp.ones(3))
-      >>> population, state = es.ask(jax.random.key(1), state)
-      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> population, state = jax.jit(es.ask)(jax.random.key(1), state)
+      >>> state, info = jax.jit(es.tell)(state, -jnp.sum(population**2, axis=1))
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """

@@ -84,8 +84,8 @@ def pgpe(
       >>> import jax, jax.numpy as jnp
       >>> es = pgpe(population_size=8, sigma=0.5)
       >>> state = es.init(jax.random.key(0), jnp.ones(3))
-      >>> population, state = es.ask(jax.random.key(1), state)
-      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> population, state = jax.jit(es.ask)(jax.random.key(1), state)
+      >>> state, info = jax.jit(es.tell)(state, -jnp.sum(population**2, axis=1))
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """
@@ -181,7 +181,16 @@ def pgpe(
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:
-    """PGPE's σ ascent direction ``m̄ (S_M - S_c)/σ`` per coordinate."""
+    """PGPE's σ ascent direction ``m̄ (S_M - S_c)/σ`` per coordinate.
+
+    Example (the wider pair carries all the mass, so σ should grow):
+      >>> import jax.numpy as jnp
+      >>> from jaxes import centroid
+      >>> d = jnp.array([[1.0], [-1.0], [0.5], [-0.5]])  # two antithetic pairs
+      >>> m = centroid.moments(d, jnp.array([1.0, 1.0, 0.0, 0.0]), squares=True)
+      >>> sigma_gradient(m, jnp.ones(1)).tolist()  # 0.5 * (1.0 - 0.625) / 1.0
+      [0.1875]
+    """
     mean_mass = moments.total_mass / moments.count
     return jax.tree.map(
         lambda sm, sc, s: mean_mass * (sm - sc) / s,
@@ -192,7 +201,18 @@ def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params
 
 
 def sigma_update(moments, sigma: Params, learning_rate: float, max_change: float) -> Params:
-    """``σ + lr · ∇σ``, clipped to ``σ (1 ± max_change)``."""
+    """``σ + lr · ∇σ``, clipped to ``σ (1 ± max_change)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxes import centroid
+      >>> d = jnp.array([[1.0], [-1.0], [0.5], [-0.5]])
+      >>> m = centroid.moments(d, jnp.array([1.0, 1.0, 0.0, 0.0]), squares=True)
+      >>> [round(s, 5) for s in sigma_update(m, jnp.ones(1), 0.1, 0.25).tolist()]  # 1 + 0.1·0.1875
+      [1.01875]
+      >>> sigma_update(m, jnp.ones(1), 10.0, 0.25).tolist()  # clipped to 1 + 0.25
+      [1.25]
+    """
     grad = sigma_gradient(moments, sigma)
     return jax.tree.map(
         lambda s, g: jnp.clip(s + learning_rate * g, s * (1 - max_change), s * (1 + max_change)),

@@ -71,7 +71,7 @@ def cma_constants(n: int, population_size: int, elite_size: int) -> CMAConstants
     Example:
       >>> c = cma_constants(10, 10, 5)
       >>> round(c.mu_eff, 3), round(c.c_sigma, 3)
-      (3.167, 0.285)
+      (3.167, 0.284)
     """
     raw = [math.log(elite_size + 0.5) - math.log(k) for k in range(1, elite_size + 1)]
     w = [x / sum(raw) for x in raw]
@@ -113,8 +113,8 @@ def sep_cma_es(
       >>> import jax, jax.numpy as jnp
       >>> es = sep_cma_es(population_size=8, sigma=0.5)
       >>> state = es.init(jax.random.key(0), jnp.ones(3))
-      >>> population, state = es.ask(jax.random.key(1), state)
-      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> population, state = jax.jit(es.ask)(jax.random.key(1), state)
+      >>> state, info = jax.jit(es.tell)(state, -jnp.sum(population**2, axis=1))
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """

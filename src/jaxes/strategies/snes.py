@@ -49,7 +49,12 @@ class SNESState(NamedTuple):
 
 
 def default_sigma_learning_rate(num_params: int) -> float:
-    """``(3 + ln d) / (5 √d)`` (Schaul et al. 2011)."""
+    """``(3 + ln d) / (5 √d)`` (Schaul et al. 2011).
+
+    Example:
+      >>> round(default_sigma_learning_rate(10), 4)
+      0.3354
+    """
     return (3.0 + math.log(num_params)) / (5.0 * math.sqrt(num_params))
 
 
@@ -82,8 +87,8 @@ def snes(
       >>> import jax, jax.numpy as jnp
       >>> es = snes(population_size=8)
       >>> state = es.init(jax.random.key(0), jnp.full(3, 2.0))
-      >>> population, state = es.ask(jax.random.key(1), state)
-      >>> state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+      >>> population, state = jax.jit(es.ask)(jax.random.key(1), state)
+      >>> state, info = jax.jit(es.tell)(state, -jnp.sum(population**2, axis=1))
       >>> bool(jnp.sum(state.params**2) < 12.0)
       True
     """
@@ -173,7 +178,16 @@ def snes(
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:
-    """``σ ⊙ exp(η_σ/2 · P m̄ (S_M - S_c)/σ²)``."""
+    """``σ ⊙ exp(η_σ/2 · P m̄ (S_M - S_c)/σ²)``.
+
+    Example (the wider pair carries all the mass, so σ grows):
+      >>> import jax.numpy as jnp
+      >>> from jaxes import centroid
+      >>> d = jnp.array([[1.0], [-1.0], [0.5], [-0.5]])
+      >>> m = centroid.moments(d, jnp.array([1.0, 1.0, 0.0, 0.0]), squares=True)
+      >>> [round(s, 4) for s in sigma_update(m, jnp.ones(1), 1.0).tolist()]  # exp(0.375)
+      [1.455]
+    """
     total = moments.total_mass
     return jax.tree.map(
         lambda s, sm, sc: s * jnp.exp(0.5 * eta_sigma * total * (sm - sc) / jnp.square(s)),

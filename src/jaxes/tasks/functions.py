@@ -12,22 +12,46 @@ from jaxes.types import Task
 
 
 def sphere(x: jax.Array) -> jax.Array:
-    """Σ x²; minimum 0 at the origin."""
+    """Σ x²; minimum 0 at the origin.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(sphere(jnp.array([1.0, 2.0])))
+      5.0
+    """
     return jnp.sum(x**2)
 
 
 def rosenbrock(x: jax.Array) -> jax.Array:
-    """Σ 100 (x_{i+1} - x_i²)² + (1 - x_i)²; minimum 0 at x = 1."""
+    """Σ 100 (x_{i+1} - x_i²)² + (1 - x_i)²; minimum 0 at x = 1.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(rosenbrock(jnp.ones(3))), float(rosenbrock(jnp.zeros(3)))
+      (0.0, 2.0)
+    """
     return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
 
 
 def rastrigin(x: jax.Array) -> jax.Array:
-    """10 d + Σ x² - 10 cos(2π x); minimum 0 at the origin."""
+    """10 d + Σ x² - 10 cos(2π x); minimum 0 at the origin.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(rastrigin(jnp.zeros(2))), round(float(rastrigin(jnp.ones(2))), 4)
+      (0.0, 2.0)
+    """
     return 10.0 * x.shape[-1] + jnp.sum(x**2 - 10.0 * jnp.cos(2.0 * jnp.pi * x))
 
 
 def ackley(x: jax.Array) -> jax.Array:
-    """The Ackley function; minimum 0 at the origin."""
+    """The Ackley function; minimum 0 at the origin.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> round(float(ackley(jnp.zeros(2))), 4), round(float(ackley(jnp.ones(2))), 4)
+      (0.0, 3.6254)
+    """
     d = x.shape[-1]
     return (
         -20.0 * jnp.exp(-0.2 * jnp.sqrt(jnp.sum(x**2) / d))
