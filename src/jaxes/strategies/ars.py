@@ -121,18 +121,8 @@ def ars(
     perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
 
     def init(key: jax.Array, params: Params) -> ARSState:
-        params = noise_lib.check_params(params)
-        table_key, ask_key = jax.random.split(key)
-        best_fitness, best_params = common.initial_best(params)
-        return ARSState(
-            params=params,
-            opt_state=optimizer.init(params),
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=perturbations.source.init(table_key, params),
-            best_params=best_params,
-            best_fitness=best_fitness,
-        )
+        fields = common.common_fields(perturbations, key, params)
+        return ARSState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def ask(key: jax.Array, state: ARSState):
         state = state._replace(key=key)
@@ -146,14 +136,7 @@ def ars(
         fitness = common.check_fitness(fitness, p)
         weights, reward_std = top_directions(fitness, b)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations,
-            state.noise_state,
-            state.key,
-            state.params,
-            mass,
-            nu,
-        )
+        moments = common.population_moments(perturbations, state, mass, nu)
         scale = moments.total_mass / (b * jnp.where(reward_std > 0, reward_std, 1.0) * nu)
         direction = jax.tree.map(
             lambda com, c: scale * (com - c),
@@ -167,20 +150,9 @@ def ars(
         descent = jax.tree.map(jnp.negative, direction)
         updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        best_fitness, best_params = common.track_best(
-            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        return common.finish_tell(
+            state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
         )
-        info = common.strategy_info(
-            fitness, best_fitness, best_params, state.params, params, stats.moments, stats.sigma
-        )
-        new_state = state._replace(
-            params=params,
-            opt_state=opt_state,
-            generation=state.generation + 1,
-            best_params=best_params,
-            best_fitness=best_fitness,
-        )
-        return new_state, info
 
     return Strategy(
         init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p

@@ -108,22 +108,23 @@ def finite_stats(fitness: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 def population_moments(
     perturbations: noise_lib.Perturbations,
-    noise_state,
-    key: jax.Array,
-    like,
+    state,
     mass: jax.Array,
     sigma,
     squares: bool = False,
 ) -> centroid.PopulationMoments:
-    """``PopulationMoments`` of the population ``ask`` drew with ``key``, from regenerated noise.
+    """``PopulationMoments`` of the population the last ``ask`` drew (``state.key``), from
+    regenerated noise.
 
     One pass over the noise gives ``Σ m_i δ_i`` and ``Σ δ_i`` (and, with ``squares``,
     ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i = σ ⊙ s_i ε_{j(i)}``; ``sigma`` is a scalar
-    or a pytree like the params.
+    or a pytree like the params. ``state`` is any strategy state with ``params``, ``key`` and
+    ``noise_state``.
     """
+    like = state.params
     rows = jnp.stack([mass, jnp.ones_like(mass)])
     sums, square_sums = perturbations.sums_and_squares(
-        noise_state, key, like, rows, rows if squares else None
+        state.noise_state, state.key, like, rows, rows if squares else None
     )
     sig = noise_lib.broadcast_like(sigma, like)
     scaled = [jax.tree.map(lambda s, g, k=k: g * s[k], sums, sig) for k in (0, 1)]
@@ -216,10 +217,43 @@ def strategy_info(fitness, best_fitness, best_params, old_params, new_params, mo
     )
 
 
-def initial_best(params):
-    """``(best_fitness, best_params)`` before the first ``tell``; the params get a buffer of
-    their own so callers may donate the state to ``jit``."""
-    return jnp.full((), -jnp.inf, jnp.float32), jax.tree.map(jnp.copy, params)
+def common_fields(perturbations: noise_lib.Perturbations, key: jax.Array, params) -> dict:
+    """The state fields every strategy starts with: ``params`` (checked, strongly typed),
+    ``key`` (of the first ``ask``), ``generation``, ``noise_state`` and the best-so-far
+    (a copy of the params, so callers may donate the state to ``jit``)."""
+    params = noise_lib.check_params(params)
+    table_key, ask_key = jax.random.split(key)
+    return {
+        "params": params,
+        "key": ask_key,
+        "generation": jnp.zeros((), jnp.int32),
+        "noise_state": perturbations.source.init(table_key, params),
+        "best_params": jax.tree.map(jnp.copy, params),
+        "best_fitness": jnp.full((), -jnp.inf, jnp.float32),
+    }
+
+
+def finish_tell(state, fitness, params, member, moments, info_sigma, **changes):
+    """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
+
+    ``member(state, i)`` rebuilds member ``i`` of the population being told; ``info_sigma`` is
+    the σ reported in the info; ``changes`` are the strategy's own new state fields (σ,
+    optimizer state, paths, ...).
+    """
+    best_fitness, best_params = track_best(
+        state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+    )
+    info = strategy_info(
+        fitness, best_fitness, best_params, state.params, params, moments, info_sigma
+    )
+    new_state = state._replace(
+        params=params,
+        generation=state.generation + 1,
+        best_params=best_params,
+        best_fitness=best_fitness,
+        **changes,
+    )
+    return new_state, info
 
 
 def per_coordinate(value, params):

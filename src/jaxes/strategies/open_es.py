@@ -107,18 +107,8 @@ def open_es(
     )
 
     def init(key: jax.Array, params: Params) -> OpenESState:
-        params = noise_lib.check_params(params)
-        table_key, ask_key = jax.random.split(key)
-        best = common.initial_best(params)
-        return OpenESState(
-            params=params,
-            opt_state=optimizer.init(params),
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=perturbations.source.init(table_key, params),
-            best_params=best[1],
-            best_fitness=best[0],
-        )
+        fields = common.common_fields(perturbations, key, params)
+        return OpenESState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def ask(key: jax.Array, state: OpenESState):
         state = state._replace(key=key)
@@ -135,14 +125,7 @@ def open_es(
         sig = sigma_at(state.generation)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations,
-            state.noise_state,
-            state.key,
-            state.params,
-            mass,
-            sig,
-        )
+        moments = common.population_moments(perturbations, state, mass, sig)
         direction = centroid.displacement_update(moments, sig)
         return direction, common.EstimateStats(weights, mass, moments, sig)
 
@@ -152,20 +135,9 @@ def open_es(
         descent = jax.tree.map(jnp.negative, ascent)
         updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        best_fitness, best_params = common.track_best(
-            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        return common.finish_tell(
+            state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
         )
-        info = common.strategy_info(
-            fitness, best_fitness, best_params, state.params, params, stats.moments, stats.sigma
-        )
-        new_state = state._replace(
-            params=params,
-            opt_state=opt_state,
-            generation=state.generation + 1,
-            best_params=best_params,
-            best_fitness=best_fitness,
-        )
-        return new_state, info
 
     return Strategy(
         init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p

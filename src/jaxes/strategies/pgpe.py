@@ -109,18 +109,11 @@ def pgpe(
     perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
 
     def init(key: jax.Array, params: Params) -> PGPEState:
-        params = noise_lib.check_params(params)
-        table_key, ask_key = jax.random.split(key)
-        best_fitness, best_params = common.initial_best(params)
+        fields = common.common_fields(perturbations, key, params)
         return PGPEState(
-            params=params,
-            sigma=common.per_coordinate(sigma, params),
-            opt_state=optimizer.init(params),
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=perturbations.source.init(table_key, params),
-            best_params=best_params,
-            best_fitness=best_fitness,
+            sigma=common.per_coordinate(sigma, fields["params"]),
+            opt_state=optimizer.init(fields["params"]),
+            **fields,
         )
 
     def ask(key: jax.Array, state: PGPEState):
@@ -136,15 +129,7 @@ def pgpe(
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations,
-            state.noise_state,
-            state.key,
-            state.params,
-            mass,
-            state.sigma,
-            squares=True,
-        )
+        moments = common.population_moments(perturbations, state, mass, state.sigma, squares=True)
         mean_mass = moments.total_mass / p
         direction = jax.tree.map(
             lambda com, c: mean_mass * (com - c),
@@ -158,22 +143,16 @@ def pgpe(
         descent = jax.tree.map(jnp.negative, direction)
         updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        new_sigma = sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
-        best_fitness, best_params = common.track_best(
-            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
-        )
-        info = common.strategy_info(
-            fitness, best_fitness, best_params, state.params, params, stats.moments, state.sigma
-        )
-        new_state = state._replace(
-            params=params,
-            sigma=new_sigma,
+        return common.finish_tell(
+            state,
+            fitness,
+            params,
+            member,
+            stats.moments,
+            state.sigma,
+            sigma=sigma_update(stats.moments, state.sigma, sigma_lr, max_change),
             opt_state=opt_state,
-            generation=state.generation + 1,
-            best_params=best_params,
-            best_fitness=best_fitness,
         )
-        return new_state, info
 
     return Strategy(
         init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p

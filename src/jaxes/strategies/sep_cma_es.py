@@ -134,20 +134,14 @@ def sep_cma_es(
         return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
 
     def init(key: jax.Array, params: Params) -> SepCMAState:
-        params = noise_lib.check_params(params)
-        table_key, ask_key = jax.random.split(key)
-        best_fitness, best_params = common.initial_best(params)
+        fields = common.common_fields(perturbations, key, params)
+        like = fields["params"]
         return SepCMAState(
-            params=params,
             sigma=jnp.float32(sigma0),
-            variances=common.per_coordinate(1.0, params),
-            path_sigma=common.per_coordinate(0.0, params),
-            path_c=common.per_coordinate(0.0, params),
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=perturbations.source.init(table_key, params),
-            best_params=best_params,
-            best_fitness=best_fitness,
+            variances=common.per_coordinate(1.0, like),
+            path_sigma=common.per_coordinate(0.0, like),
+            path_c=common.per_coordinate(0.0, like),
+            **fields,
         )
 
     def ask(key: jax.Array, state: SepCMAState):
@@ -160,15 +154,9 @@ def sep_cma_es(
     def moments_of_y(state: SepCMAState, weights) -> centroid.PopulationMoments:
         """Moments of ``y_i = D ⊙ z_i`` (displacements in units of σ, so that a tiny σ never
         divides anything)."""
-        return common.population_moments(
-            perturbations,
-            state.noise_state,
-            state.key,
-            state.params,
-            weights,  # already non-negative, zero for the rest: the masses themselves
-            jax.tree.map(jnp.sqrt, state.variances),
-            squares=True,
-        )
+        # The recombination weights are non-negative, zero for the rest: the masses themselves.
+        d = jax.tree.map(jnp.sqrt, state.variances)
+        return common.population_moments(perturbations, state, weights, d, squares=True)
 
     def estimate(state: SepCMAState, fitness):
         """The mean's step ``c_m (M - m)``."""
@@ -229,23 +217,18 @@ def sep_cma_es(
             centroid.mass_spread(y_moments),
         )
         sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
-        best_fitness, best_params = common.track_best(
-            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
-        )
-        info = common.strategy_info(
-            fitness, best_fitness, best_params, state.params, params, moments, scale(state)
-        )
-        new_state = state._replace(
-            params=params,
+        return common.finish_tell(
+            state,
+            fitness,
+            params,
+            member,
+            moments,
+            scale(state),
             sigma=sigma.astype(jnp.float32),
             variances=variances,
             path_sigma=path_sigma,
             path_c=path_c,
-            generation=state.generation + 1,
-            best_params=best_params,
-            best_fitness=best_fitness,
         )
-        return new_state, info
 
     return Strategy(
         init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p

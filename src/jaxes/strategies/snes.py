@@ -108,18 +108,8 @@ def snes(
         return default_sigma_learning_rate(noise_lib.num_params(params))
 
     def init(key: jax.Array, params: Params) -> SNESState:
-        params = noise_lib.check_params(params)
-        table_key, ask_key = jax.random.split(key)
-        best_fitness, best_params = common.initial_best(params)
-        return SNESState(
-            params=params,
-            sigma=common.per_coordinate(sigma, params),
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=perturbations.source.init(table_key, params),
-            best_params=best_params,
-            best_fitness=best_fitness,
-        )
+        fields = common.common_fields(perturbations, key, params)
+        return SNESState(sigma=common.per_coordinate(sigma, fields["params"]), **fields)
 
     def ask(key: jax.Array, state: SNESState):
         state = state._replace(key=key)
@@ -134,15 +124,7 @@ def snes(
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations,
-            state.noise_state,
-            state.key,
-            state.params,
-            mass,
-            state.sigma,
-            squares=True,
-        )
+        moments = common.population_moments(perturbations, state, mass, state.sigma, squares=True)
         step = eta_mu * moments.total_mass
         direction = jax.tree.map(
             lambda com, c: step * (com - c),
@@ -156,21 +138,15 @@ def snes(
         params = jax.tree.map(
             lambda x, d: (x.astype(jnp.float32) + d).astype(x.dtype), state.params, direction
         )
-        new_sigma = sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
-        best_fitness, best_params = common.track_best(
-            state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+        return common.finish_tell(
+            state,
+            fitness,
+            params,
+            member,
+            stats.moments,
+            state.sigma,
+            sigma=sigma_update(stats.moments, state.sigma, eta_sigma(state.params)),
         )
-        info = common.strategy_info(
-            fitness, best_fitness, best_params, state.params, params, stats.moments, state.sigma
-        )
-        new_state = state._replace(
-            params=params,
-            sigma=new_sigma,
-            generation=state.generation + 1,
-            best_params=best_params,
-            best_fitness=best_fitness,
-        )
-        return new_state, info
 
     return Strategy(
         init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
