@@ -43,6 +43,27 @@ def rollout_states(task, config, state, seed: int = 0):
     return states, total
 
 
+def replay_html(task, config, state, seed: int = 0) -> tuple[str, float, int]:
+    """The replay page as a string (for ``IPython.display.HTML``), the return and the length.
+
+    The page loads Brax's viewer script from a CDN, so it needs network access to show.
+
+    Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
+      >>> from jaxes.train import load_run
+      >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
+      >>> page, ret, length = replay_html(task, config, state)  # doctest: +SKIP
+      >>> page.startswith("<html>")  # doctest: +SKIP
+      True
+    """
+    states, total = rollout_states(task, config, state, seed)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from brax.io import html
+
+        page = html.render(task.env.sys.tree_replace({"opt.timestep": task.env.dt}), states)
+    return page, total, len(states) - 1
+
+
 def write_replay(task, config, state, path: str, seed: int = 0) -> tuple[float, int]:
     """Writes the replay to ``path``; returns the episode's return and length.
 
@@ -53,12 +74,7 @@ def write_replay(task, config, state, path: str, seed: int = 0) -> tuple[float, 
       >>> length <= config.episode_length  # doctest: +SKIP
       True
     """
-    states, total = rollout_states(task, config, state, seed)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        from brax.io import html
-
-        page = html.render(task.env.sys.tree_replace({"opt.timestep": task.env.dt}), states)
+    page, total, length = replay_html(task, config, state, seed)
     with open(path, "w") as f:
         f.write(page)
-    return total, len(states) - 1
+    return total, length
