@@ -6,12 +6,17 @@ Run: python examples/quickstart.py [--quick]
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 
 import jaxes
+
+# Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
+if os.environ.get("JAXES_CACHE_DIR"):
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAXES_CACHE_DIR"])
 
 
 def sphere(params: jax.Array) -> jax.Array:

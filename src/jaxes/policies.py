@@ -56,6 +56,35 @@ def mlp(
     if any(int(h) < 1 for h in hidden_sizes):
         raise ValueError(f"hidden_sizes: expected positive ints, got {tuple(hidden_sizes)}")
     module = _MLP(tuple(int(h) for h in hidden_sizes), action_size, ACTIVATIONS[activation])
+    return from_module(module, obs_size, action_size, action_low, action_high)
+
+
+def from_module(
+    module: nn.Module, obs_size: int, action_size: int, action_low=-1.0, action_high=1.0
+) -> Policy:
+    """Any flax module as a policy: its output, in [-1, 1] (end it with a tanh), is scaled to
+    ``[action_low, action_high]``. Its params (any pytree) are what ES perturbs.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn
+      >>> class Tiny(nn.Module):
+      ...     @nn.compact
+      ...     def __call__(self, obs):
+      ...         return nn.tanh(nn.Dense(2)(nn.LayerNorm()(obs)))
+      >>> pol = from_module(Tiny(), obs_size=4, action_size=2, action_low=0.0, action_high=1.0)
+      >>> params = pol.init(jax.random.key(0))
+      >>> sorted(params["params"])
+      ['Dense_0', 'LayerNorm_0']
+      >>> action = pol.apply(params, jnp.ones(4))
+      >>> bool(jnp.all((action >= 0.0) & (action <= 1.0)))
+      True
+    """
+    out = jax.eval_shape(module.init_with_output, jax.random.key(0), jnp.zeros(obs_size))[0]
+    if out.shape != (action_size,):
+        raise ValueError(
+            f"policy: the module maps an observation of size {obs_size} to shape {out.shape}; "
+            f"the environment needs ({action_size},)"
+        )
     # numpy constants: building a policy compiles nothing.
     low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
     high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,8 +145,9 @@ def brax_task(
       env_name: any name from ``brax.envs`` (see ``env_names()``).
       backend: ``"generalized"``, ``"positional"``, ``"spring"`` or ``"mjx"``.
       episode_length: steps per episode (>= 1); episodes also end at ``done``.
-      policy: ``"mlp"`` (tanh MLP with ``hidden_sizes``), ``"linear"``, or any
-        ``jaxes.policies.Policy``; the named ones act within the actuators' control range.
+      policy: ``"mlp"`` (tanh MLP with ``hidden_sizes``), ``"linear"``, a flax module whose
+        output lies in [-1, 1] (scaled to the control range by ``policies.from_module``), or
+        any ``jaxes.policies.Policy`` (used as it is).
       hidden_sizes: hidden layer widths of the ``"mlp"`` policy.
       episodes_per_member: episodes averaged into each member's fitness. Every member plays
         the same start states (common random numbers), so ranks compare like with like.
@@ -179,8 +181,12 @@ def brax_task(
         policy = policies.mlp(obs_size, env.action_size, hidden_sizes, **action_range(env))
     elif policy == "linear":
         policy = policies.linear(obs_size, env.action_size, **action_range(env))
+    elif isinstance(policy, nn.Module):
+        policy = policies.from_module(policy, obs_size, env.action_size, **action_range(env))
     elif not isinstance(policy, policies.Policy):
-        raise ValueError(f"policy: expected 'mlp', 'linear' or a Policy, got {policy!r}")
+        raise ValueError(
+            f"policy: expected 'mlp', 'linear', a flax Module or a Policy, got {policy!r}"
+        )
     chunk = min(chunk_length, episode_length)
 
     def init(key):
