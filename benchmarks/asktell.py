@@ -39,21 +39,24 @@ benchmarks/results/asktell.json, or asktell_quick.json with `--quick`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import resource
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+from _common import (
+    RESULTS,
+    busy_cpu_seconds,
+    finish_machine_info,
+    machine_info,
+    print_result,
+    spawn_child,
+    write_json,
+)
 
 SIGMA = 0.05
 LEARNING_RATE = 1e-2
@@ -231,13 +234,6 @@ def descent_check(x0, x_end) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def wait_for_quiet(max_wait: float) -> None:
     """Waits (at most `max_wait` seconds) until other processes leave the CPU nearly idle."""
     deadline = time.monotonic() + max_wait
@@ -263,84 +259,13 @@ def spawn_quietest(spec: dict, args) -> dict:
 
 def spawn(spec: dict, args) -> dict:
     """Runs one child; also measures how much CPU other processes took meanwhile."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
-    busy0, wall0 = busy_cpu_seconds(), time.perf_counter()
-    own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = time.perf_counter() - wall0
-    own = (own1.ru_utime - own0.ru_utime) + (own1.ru_stime - own0.ru_stime)
-    other = max(0.0, busy_cpu_seconds() - busy0 - own)
+    child = spawn_child(__file__, spec, args.timeout)
     # Share of the machine's CPU time used by other processes while this child ran.
-    contention = {"other_cpu_share": other / (wall * (os.cpu_count() or 1))}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :]) | contention
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    return {**spec, **contention, "error": f"exit code {proc.returncode}: {tail}"}
-
-
-def machine_info(argv: list[str]) -> dict:
-    from importlib.metadata import version
-
-    import jax
-
-    def cpuinfo(field: str) -> str:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(field):
-                return line.split(":", 1)[1].strip()
-        return "unknown"
-
-    mem_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal:")
-    )
-    return {
-        "cpu_model": cpuinfo("model name"),
-        "cpu_cores": os.cpu_count(),
-        "ram_gib": round(mem_kib / 2**20, 1),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": version("jaxlib"),
-        "evosax": version("evosax"),
-        "optax": version("optax"),
-        "jax_backend": jax.default_backend(),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([python_name(), os.path.relpath(argv[0], REPO), *argv[1:]]),
-        "git": git_revision(),
-        "src_sha256": source_digest(),
-    }
-
-
-def python_name() -> str:
-    """The interpreter as typed from the repository root (`.venv/bin/python`) where it is inside."""
-    exe = Path(sys.executable).absolute()
-    return os.path.relpath(exe, REPO) if exe.is_relative_to(REPO) else str(exe)
-
-
-def source_digest() -> str:
-    """A digest of src/jaxes/**/*.py, naming exactly the jaxes code that was measured."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted((REPO / "src" / "jaxes").rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def git_revision() -> str:
-    """The commit, with "+dirty" when src/ differs from it (read-only git calls)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return head + ("+dirty" if status else "")
+    contention = {"other_cpu_share": child.other_cpu_share}
+    if child.result is not None:
+        return child.result | contention
+    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
+    return {**spec, **contention, "error": f"exit code {child.proc.returncode}: {tail}"}
 
 
 def target_lines(results: list[dict]) -> list[str]:
@@ -425,9 +350,9 @@ def main(argv: list[str]) -> None:
     if args.max_wait is None:
         args.max_wait = 0 if args.quick else 600
     if args.child:
-        print("RESULT " + json.dumps(run_child(json.loads(args.child))), flush=True)
+        print_result(run_child(json.loads(args.child)))
         return
-    info = machine_info(argv)
+    info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     results = []
     for config in QUICK_CONFIGS if args.quick else FULL_CONFIGS:
         config = config._replace(
@@ -441,13 +366,10 @@ def main(argv: list[str]) -> None:
             status = result.get("error", f"{result.get('median_s', 0):.4f} s/gen")
             status += f", other processes used {result['other_cpu_share']:.0%} of the CPU"
             print(f"d={config.d:,} P={config.P} {label(result)}: {status}", file=sys.stderr)
-    info["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     warnings = []
-    if source_digest() != info["src_sha256"]:
-        warnings.append("src/jaxes changed while the benchmark ran")
     if max(r["other_cpu_share"] for r in results) > MAX_OTHER_CPU_SHARE:
         warnings.append("other processes took CPU time during some runs (see other_cpu_share)")
-    info["warnings"] = warnings
+    finish_machine_info(info, warnings)
     table = format_table(results)
     targets = target_lines(results)
     print(json.dumps(info, indent=2))
@@ -466,8 +388,7 @@ def main(argv: list[str]) -> None:
         "table": table,
         "targets": targets,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

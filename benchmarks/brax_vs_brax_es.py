@@ -46,19 +46,14 @@ benchmarks/results/brax_vs_brax_es.json, or brax_vs_brax_es_quick.json with `--q
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+from _common import REPO, RESULTS, machine_info, print_result, quiet_import, spawn_child, write_json
 
 ENV = "inverted_pendulum"
 BACKEND = "spring"
@@ -81,17 +76,7 @@ HOPPER_P = 64
 
 def quiet_imports():
     """Imports JAX, Brax and jaxes with their import chatter silenced; starts the backend."""
-    import contextlib
-    import io
-    import warnings
-
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        import jax
-        from brax import envs  # noqa: F401
-        from brax.training.agents.es import train  # noqa: F401
-
-        import jaxes.train  # noqa: F401
+    jax = quiet_import("brax.envs", "brax.training.agents.es.train", "jaxes.train")
     if jax.config.jax_compilation_cache_dir is not None:
         raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
     jax.devices()
@@ -413,8 +398,7 @@ CHILDREN = {"jaxes": solve_jaxes, "brax": solve_brax, "overhead": overhead, "hop
 
 def run_child(spec: dict) -> None:
     kind = spec.pop("kind")
-    result = CHILDREN[kind](**spec)
-    print("RESULT " + json.dumps(result), flush=True)
+    print_result(CHILDREN[kind](**spec))
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,53 +406,14 @@ def run_child(spec: dict) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def spawn(spec: dict, timeout: float) -> dict:
     """Runs one child in a fresh process; notes the CPU share other processes took meanwhile."""
-    import resource
-
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
-    busy0, wall0 = busy_cpu_seconds(), time.perf_counter()
-    own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = time.perf_counter() - wall0
-    own = (own1.ru_utime - own0.ru_utime) + (own1.ru_stime - own0.ru_stime)
-    other = max(0.0, busy_cpu_seconds() - busy0 - own)
-    extra = {"other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3)}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :]) | extra
-    tail = (proc.stderr or proc.stdout)[-3000:]
-    raise RuntimeError(f"child {spec} failed with exit code {proc.returncode}:\n{tail}")
-
-
-def machine_info(argv: list[str]) -> dict:
-    from importlib.metadata import version
-
-    def cpuinfo(field: str) -> str:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(field):
-                return line.split(":", 1)[1].strip()
-        return "unknown"
-
-    return {
-        "cpu_model": cpuinfo("model name"),
-        "cpu_cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "jax": version("jax"),
-        "jaxlib": version("jaxlib"),
-        "brax": version("brax"),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", os.path.relpath(argv[0], REPO), *argv[1:]]),
-        "load_average_at_start": os.getloadavg(),
-    }
+    child = spawn_child(__file__, spec, timeout, env)
+    if child.result is not None:
+        return child.result | {"other_cpu_share": round(child.other_cpu_share, 3)}
+    tail = (child.proc.stderr or child.proc.stdout)[-3000:]
+    raise RuntimeError(f"child {spec} failed with exit code {child.proc.returncode}:\n{tail}")
 
 
 def solve_runs(seeds: int, generations: int, timeout: float) -> list[dict]:
@@ -654,7 +599,7 @@ def main(argv: list[str]) -> None:
     if args.child:
         run_child(json.loads(args.child))
         return
-    result = {"machine": machine_info(argv)}
+    result = {"machine": machine_info(argv, ("jax", "jaxlib", "brax"))}
     result["settings"] = {
         "env": ENV,
         "backend": BACKEND,
@@ -688,8 +633,7 @@ def main(argv: list[str]) -> None:
     result["machine"]["load_average_at_end"] = os.getloadavg()
     report = format_report(result)
     print("\n" + report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(f"\nwritten to {os.path.relpath(args.out, REPO)}")
 
 

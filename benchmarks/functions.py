@@ -85,21 +85,16 @@ benchmarks/results/functions.json, or functions_quick.json with `--quick`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import resource
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+from _common import RESULTS, busy_cpu_seconds, finish_machine_info, machine_info, write_json
 
 STRATEGIES = ["open_es", "pgpe", "snes", "sep_cma_es", "ars"]
 FUNCTIONS = ["sphere", "rosenbrock", "rastrigin", "ackley"]
@@ -284,13 +279,6 @@ def seed_inputs(seeds: int, d: int):
     return keys, x0s
 
 
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -416,70 +404,6 @@ def format_table(rows: list[dict], seeds: int) -> str:
     return "\n".join(lines) + "\n\n" + note
 
 
-def machine_info(argv: list[str]) -> dict:
-    from importlib.metadata import version
-
-    import jax
-
-    def cpuinfo(field: str) -> str:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(field):
-                return line.split(":", 1)[1].strip()
-        return "unknown"
-
-    mem_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal:")
-    )
-    return {
-        "cpu_model": cpuinfo("model name"),
-        "cpu_cores": os.cpu_count(),
-        "ram_gib": round(mem_kib / 2**20, 1),
-        "load_average_at_start": list(os.getloadavg()),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": version("jaxlib"),
-        "evosax": version("evosax"),
-        "optax": version("optax"),
-        "jax_backend": jax.default_backend(),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([python_name(), os.path.relpath(argv[0], REPO), *argv[1:]]),
-        "git": git_revision(),
-        "src_sha256": source_digest(),
-    }
-
-
-def python_name() -> str:
-    """The interpreter as typed from the repository root (`.venv/bin/python`) where it is inside."""
-    exe = Path(sys.executable).absolute()
-    return os.path.relpath(exe, REPO) if exe.is_relative_to(REPO) else str(exe)
-
-
-def source_digest() -> str:
-    """A digest of src/jaxes/**/*.py, naming exactly the jaxes code that was measured."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted((REPO / "src" / "jaxes").rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def git_revision() -> str:
-    """The commit, with "+dirty" when src/ differs from it (read-only git calls)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return head + ("+dirty" if status else "")
-
-
 def parse_args(argv: list[str]):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -514,7 +438,7 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv[1:])
-    info = machine_info(argv)
+    info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     results = []
     for d in args.dims:
         for function in args.functions:
@@ -527,13 +451,10 @@ def main(argv: list[str]) -> None:
                         f"compile {r['compile_s']:.1f} s"
                     )
                     print(f"{function} d={d} {strategy} {library}: {status}", file=sys.stderr)
-    info["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     warnings = []
-    if source_digest() != info["src_sha256"]:
-        warnings.append("src/jaxes changed while the benchmark ran")
     if max((r.get("other_cpu_share", 0.0) for r in results), default=0.0) > 0.05:
         warnings.append("other processes took > 5% of the CPU during some timed calls")
-    info["warnings"] = warnings
+    finish_machine_info(info, warnings)
     rows = compare(results)
     table = format_table(rows, args.seeds)
     settings = {
@@ -558,8 +479,7 @@ def main(argv: list[str]) -> None:
         "table": table,
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

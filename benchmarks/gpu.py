@@ -15,27 +15,22 @@ Writes benchmarks/results/gpu.json (or --out) and prints a table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import io
 import json
-import os
 import platform
 import statistics
 import sys
 import time
 import warnings
 
+from _common import print_result, quiet_import, spawn_child, write_json
+
 ENV, EPISODE, HIDDEN, SIGMA, LR = "hopper", 1000, (64, 64), 0.05, 0.01
 
 
 def quiet():
-    warnings.filterwarnings("ignore")
-    with contextlib.redirect_stdout(io.StringIO()):
-        import brax.envs  # noqa: F401
-    import jax
-
-    return jax
+    warnings.filterwarnings("ignore")  # for the whole child, not only its imports
+    return quiet_import("brax.envs")
 
 
 def jaxes_rate(population: int, backend: str, episode: int, generations: int) -> dict:
@@ -122,22 +117,14 @@ def brax_rate(population: int, backend: str, episode: int, generations: int) -> 
 
 def child(spec: dict) -> None:
     fn = {"jaxes": jaxes_rate, "brax": brax_rate}[spec.pop("lib")]
-    print("RESULT " + json.dumps(fn(**spec)), flush=True)
+    print_result(fn(**spec))
 
 
 def spawn(spec: dict) -> dict:
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    child = spawn_child(__file__, spec, timeout=3600)
+    if child.result is not None:
+        return child.result
+    return {"error": (child.proc.stderr.strip().splitlines() or ["no output"])[-1]}
 
 
 def main() -> None:
@@ -180,9 +167,7 @@ def main() -> None:
         "settings": {"env": ENV, "episode": episode, "hidden": HIDDEN, "sigma": SIGMA, "lr": LR},
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(args.out, result)
     print(f"{'P':>7} {'jaxes s/gen':>12} {'brax s/gen':>12} {'ratio':>7} {'jaxes steps/s':>14}")
     for r in rows:
         j, b = r["jaxes"], r["brax_es"]
