@@ -42,7 +42,8 @@ def test_non_finite_fitness_ranks_worst(name):
     worst = float(jnp.min(w))
     assert all(float(w[i]) == worst for i in (1, 3, 4))
     # Ranks put non-finite values strictly last; raw and z_score give them the worst finite value.
-    assert float(w[0]) > worst if name == "centered_rank" else float(w[0]) == worst
+    ranked = name in ("centered_rank", "log_rank")
+    assert float(w[0]) > worst if ranked else float(w[0]) == worst
     assert float(w[2]) > float(w[5]) > float(w[0])
 
 

@@ -136,7 +136,10 @@ def test_generation_step_composes_with_scan():
     "changes, match",
     [
         ({"checkpoint_every": 7}, r"checkpoint_every: must be a multiple of eval_every \(5\)"),
-        ({"strategy": "cma"}, r"strategy: unknown 'cma'; allowed: \['open_es'\]"),
+        (
+            {"strategy": "cma"},
+            r"strategy: unknown 'cma'; allowed: \['ars', 'open_es', 'pgpe', 'sep_cma_es', 'snes'\]",
+        ),
         ({"generations": 0}, r"generations: expected an int >= 1, got 0"),
     ],
 )

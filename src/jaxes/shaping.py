@@ -63,16 +63,23 @@ def raw(fitness: jnp.ndarray) -> jnp.ndarray:
     return _finite_or_worst(fitness)
 
 
-def _ranks_best_first(fitness: jnp.ndarray) -> jnp.ndarray:
-    """0 for the best member, P-1 for the worst (ties broken by position, non-finite last)."""
+def _by_rank(fitness: jnp.ndarray, per_rank: jnp.ndarray) -> jnp.ndarray:
+    """Gives member ``i`` the value ``per_rank[k]`` of its rank ``k`` (0 = best), averaged over
+    the ranks a group of tied members spans; non-finite fitness ranks last."""
     f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(jnp.float32)
-    order = jnp.argsort(-f, stable=True)
-    return jnp.zeros(f.shape[0], jnp.int32).at[order].set(jnp.arange(f.shape[0], dtype=jnp.int32))
+    p = f.shape[0]
+    ordered = jnp.sort(f)
+    low = jnp.searchsorted(ordered, f, side="left")  # ascending positions of the tie group
+    high = jnp.searchsorted(ordered, f, side="right") - 1
+    cumulative = jnp.concatenate([jnp.zeros(1, per_rank.dtype), jnp.cumsum(per_rank)])
+    # Best-first ranks of the group are P-1-high .. P-1-low.
+    return (cumulative[p - low] - cumulative[p - 1 - high]) / (high - low + 1)
 
 
 def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
     """The NES utilities (Wierstra et al. 2014, used by SNES): for rank ``k = 1..P`` (best
-    first) ``u_k = max(0, ln(P/2 + 1) - ln k) / Σ_j max(0, ln(P/2 + 1) - ln j) - 1/P``.
+    first) ``u_k = max(0, ln(P/2 + 1) - ln k) / Σ_j max(0, ln(P/2 + 1) - ln j) - 1/P``;
+    tied members share the mean utility of the ranks they span.
 
     They sum to zero; ``u - min(u)`` are the positive log weights of the best half, summing
     to one (the masses of weighted recombination).
@@ -82,14 +89,15 @@ def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
       [-0.25, 0.48, -0.25, 0.02]
     """
     p = fitness.shape[0]
-    k = _ranks_best_first(fitness).astype(jnp.float32) + 1.0
+    k = jnp.arange(1, p + 1, dtype=jnp.float32)
     raw_u = jnp.maximum(0.0, jnp.log(p / 2.0 + 1.0) - jnp.log(k))
-    return raw_u / jnp.sum(raw_u) - 1.0 / p
+    return _by_rank(fitness, raw_u / jnp.sum(raw_u) - 1.0 / p)
 
 
 def recombination_weights(elite_size: int) -> Shaping:
     """CMA-ES weights: ``ln(μ + 1/2) - ln k`` for the best ``μ = elite_size`` members
-    (``k = 1..μ``), normalised to sum to one; zero for the rest.
+    (``k = 1..μ``), normalised to sum to one; zero for the rest. Tied members share the mean
+    weight of the ranks they span.
 
     Example:
       >>> w = recombination_weights(2)(jnp.array([0.0, 3.0, 1.0, 2.0]))
@@ -98,9 +106,9 @@ def recombination_weights(elite_size: int) -> Shaping:
     """
 
     def weights(fitness: jnp.ndarray) -> jnp.ndarray:
-        k = _ranks_best_first(fitness).astype(jnp.float32) + 1.0
+        k = jnp.arange(1, fitness.shape[0] + 1, dtype=jnp.float32)
         raw_w = jnp.where(k <= elite_size, jnp.log(elite_size + 0.5) - jnp.log(k), 0.0)
-        return raw_w / jnp.sum(raw_w)
+        return _by_rank(fitness, raw_w / jnp.sum(raw_w))
 
     return weights
 
