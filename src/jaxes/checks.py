@@ -1,4 +1,4 @@
-"""Argument checks whose errors name the argument and what is allowed."""
+"""Argument checks whose errors name the argument and what is allowed (internal helpers)."""
 
 from __future__ import annotations
 

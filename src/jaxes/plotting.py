@@ -24,7 +24,16 @@ from jaxes import shaping as shaping_lib
 
 
 def read_metrics(path: str) -> list[dict]:
-    """The lines of a ``metrics.jsonl`` file as dicts."""
+    """The lines of a ``metrics.jsonl`` file as dicts.
+
+    Example:
+      >>> import json, os, tempfile
+      >>> path = os.path.join(tempfile.mkdtemp(), "metrics.jsonl")
+      >>> with open(path, "w") as f:
+      ...     _ = f.write(json.dumps({"generation": 1, "fitness_mean": 2.0}) + "\n")
+      >>> read_metrics(path)
+      [{'generation': 1, 'fitness_mean': 2.0}]
+    """
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -33,6 +42,17 @@ def learning_curve(metrics_path: str, png_path: str, title: str | None = None) -
     """Population mean/max fitness per generation and the noise-free evaluation return.
 
     Writes a 700 × 400 pixel PNG and returns the path written.
+
+    Example:
+      >>> import json, os, tempfile
+      >>> folder = tempfile.mkdtemp()
+      >>> with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+      ...     for g in (1, 2):
+      ...         _ = f.write(json.dumps({"generation": g, "fitness_mean": g, "fitness_max": 2 * g,
+      ...                                 "eval_return": 3.0 * g}) + "\n")
+      >>> png = learning_curve(os.path.join(folder, "metrics.jsonl"), os.path.join(folder, "c.png"))
+      >>> os.path.getsize(png) > 0
+      True
     """
     lines = read_metrics(metrics_path)
     if not lines:

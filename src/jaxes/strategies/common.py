@@ -1,4 +1,5 @@
-"""Setting checks and small helpers shared by every strategy factory."""
+"""Setting checks and small helpers shared by every strategy factory (internal: the public
+API is the factories, their states and ``StrategyInfo``/``EstimateStats``)."""
 
 from __future__ import annotations
 
