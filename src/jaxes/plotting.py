@@ -30,7 +30,7 @@ def read_metrics(path: str) -> list[dict]:
       >>> import json, os, tempfile
       >>> path = os.path.join(tempfile.mkdtemp(), "metrics.jsonl")
       >>> with open(path, "w") as f:
-      ...     _ = f.write(json.dumps({"generation": 1, "fitness_mean": 2.0}) + "\n")
+      ...     _ = f.write(json.dumps({"generation": 1, "fitness_mean": 2.0}) + "\\n")
       >>> read_metrics(path)
       [{'generation': 1, 'fitness_mean': 2.0}]
     """
@@ -49,7 +49,7 @@ def learning_curve(metrics_path: str, png_path: str, title: str | None = None) -
       >>> with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
       ...     for g in (1, 2):
       ...         _ = f.write(json.dumps({"generation": g, "fitness_mean": g, "fitness_max": 2 * g,
-      ...                                 "eval_return": 3.0 * g}) + "\n")
+      ...                                 "eval_return": 3.0 * g}) + "\\n")
       >>> png = learning_curve(os.path.join(folder, "metrics.jsonl"), os.path.join(folder, "c.png"))
       >>> os.path.getsize(png) > 0
       True
