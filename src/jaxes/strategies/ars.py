@@ -112,12 +112,9 @@ def ars(
             f"top_k: ARS keeps b of the P/2 = {p // 2} directions; expected an int in "
             f"[1, {p // 2}] or None, got {top_k!r}"
         )
-    if optimizer is None:
-        optimizer = optax.sgd(common.check_positive("learning_rate", learning_rate))
-    elif not isinstance(optimizer, optax.GradientTransformation):
-        raise ValueError(
-            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
-        )
+    optimizer = common.check_optimizer(
+        optimizer, lambda: optax.sgd(common.check_positive("learning_rate", learning_rate))
+    )
     perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
 
     def init(key: jax.Array, params: Params) -> ARSState:
@@ -147,9 +144,7 @@ def ars(
 
     def tell(state: ARSState, fitness):
         direction, stats = estimate(state, fitness)
-        descent = jax.tree.map(jnp.negative, direction)
-        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        params, opt_state = common.optimizer_step(optimizer, state, direction)
         return common.finish_tell(
             state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
         )

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxes import centroid
 from jaxes import noise as noise_lib
@@ -278,3 +279,22 @@ def check_sigma(sigma) -> None:
         values = np.asarray(leaf, np.float64)
         if not (np.all(np.isfinite(values)) and np.all(values > 0)):
             raise ValueError("sigma: every entry must be finite and > 0")
+
+
+def check_optimizer(optimizer, default: Callable[[], optax.GradientTransformation]):
+    """``optimizer``, or ``default()`` when it is ``None``; anything else must be optax's."""
+    if optimizer is None:
+        return default()
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(
+            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
+        )
+    return optimizer
+
+
+def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
+    """One optax step along the ascent direction (optax minimises, so it gets ``-ascent``);
+    returns the new params and optimizer state."""
+    descent = jax.tree.map(jnp.negative, ascent)
+    updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state

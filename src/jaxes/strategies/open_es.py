@@ -95,12 +95,9 @@ def open_es(
     p = common.check_population_size(population_size, antithetic)
     sigma_at = common.sigma_schedule(sigma, sigma_floor)
     l2 = common.check_positive("l2_coeff", l2_coeff, allow_zero=True)
-    if optimizer is None:
-        optimizer = optax.adam(common.check_positive("learning_rate", learning_rate))
-    elif not isinstance(optimizer, optax.GradientTransformation):
-        raise ValueError(
-            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
-        )
+    optimizer = common.check_optimizer(
+        optimizer, lambda: optax.adam(common.check_positive("learning_rate", learning_rate))
+    )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
         noise, noise_table_size, p, antithetic, noise_batch_size
@@ -132,9 +129,7 @@ def open_es(
     def tell(state: OpenESState, fitness):
         direction, stats = estimate(state, fitness)
         ascent = jax.tree.map(lambda g, x: g - l2 * x.astype(jnp.float32), direction, state.params)
-        descent = jax.tree.map(jnp.negative, ascent)
-        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        params, opt_state = common.optimizer_step(optimizer, state, ascent)
         return common.finish_tell(
             state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
         )

@@ -95,16 +95,14 @@ def pgpe(
     if max_change >= 1.0:
         raise ValueError(f"stdev_max_change: expected a number in (0, 1), got {max_change!r}")
     common.check_sigma(sigma)
-    if optimizer is None:
-        optimizer = optim.clipup(
+    optimizer = common.check_optimizer(
+        optimizer,
+        lambda: optim.clipup(
             common.check_positive("center_learning_rate", center_learning_rate),
             max_speed,
             momentum,
-        )
-    elif not isinstance(optimizer, optax.GradientTransformation):
-        raise ValueError(
-            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
-        )
+        ),
+    )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
 
@@ -140,9 +138,7 @@ def pgpe(
 
     def tell(state: PGPEState, fitness):
         direction, stats = estimate(state, fitness)
-        descent = jax.tree.map(jnp.negative, direction)
-        updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        params, opt_state = common.optimizer_step(optimizer, state, direction)
         return common.finish_tell(
             state,
             fitness,
