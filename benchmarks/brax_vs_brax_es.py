@@ -14,10 +14,10 @@ What it measures (all on this machine, in one run):
    antithetic pairs; Brax `population_size=32`, which it doubles into +/- pairs), sigma 0.05,
    Adam(0.03), centered-rank fitness shaping, observation normalisation, a (32, 32) policy,
    8 evaluation episodes with the deterministic policy, and a budget of `--generations`.
-   Brax's own defaults (lr 1e-3, std 0.1, raw fitness, no normalisation, (32,)*4) did not
-   reach 190 within 2.56 M env steps (over 200 generations, seed 0) here, so they are not
-   used. Brax samples actions from its tanh-Gaussian head during training (its design);
-   jaxes' policy is deterministic.
+   Brax's own defaults (lr 1e-3, std 0.1, raw fitness, no normalisation, (32,)*4) are not
+   used: in one exploratory run (seed 0, not recorded in the results) they had not reached
+   190 after 2.56 M env steps. Brax samples actions from its tanh-Gaussian head during
+   training (its design); jaxes' policy is deterministic.
    Brax's generation count comes from a wrapper on its training env whose `reset` (once per
    generation) ticks a host counter through `jax.debug.callback`.
 

@@ -4,9 +4,9 @@ The full settings (the defaults) are what a hopper run on a GPU or TPU looks lik
 members of a (64, 64) tanh MLP policy, 1000-step episodes, 300 generations, the population
 split evenly over every visible device (``devices=0``; ``parallel.sharded_step`` inside
 ``train.run``). That is up to 4 million environment steps per generation and 1.2 billion in
-all, so the full run needs an accelerator (at the ~50,000 steps/s of a 2-core CPU: up to
-7 hours). The step sizes are ``train.STRATEGY_DEFAULTS``; the full run is not part of the
-test suite. ``--quick`` shrinks it to something a CPU finishes in under a minute (P = 16,
+all, so the full run needs an accelerator (it has not been run yet: no accelerator was
+available when this was written). The step sizes are ``train.STRATEGY_DEFAULTS``; the full
+run is not part of the test suite. ``--quick`` shrinks it to what a CPU finishes quickly (P = 16,
 100-step episodes, 6 generations): it only shows that the pipeline runs and what it reports,
 not a hopping policy.
 
@@ -24,13 +24,12 @@ It ends with ``hopper: eval return R after N generations, S env steps/s after co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 
 import jax
 
-from jaxes import train
+from jaxes import plotting, train
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -57,8 +56,7 @@ QUICK = dict(
 def steps_per_second(metrics_path: str) -> float:
     """Training env steps per second over every block but the first (which includes
     compilation); each block's time also covers its noise-free evaluation."""
-    with open(metrics_path) as f:
-        lines = [json.loads(x) for x in f if x.strip()]
+    lines = plotting.read_metrics(metrics_path)
     # Every line of a block carries the wall time at the block's end.
     first_end = lines[0]["wall_time_s"]
     later = [x for x in lines if x["wall_time_s"] > first_end]

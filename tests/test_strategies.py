@@ -101,10 +101,8 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     elif name == "snes":  # η_μ P m̄ (M - c), η_μ = 1
         close(step, P * mean_mass * (com - cen), "SNES step")
     elif name == "ars":  # α P m̄ (M - c) / (b σ_R ν)
-        kept = np.asarray(stats.weights)
         sigma_r = ars_reward_std(fitness, 5)
         close(step, 0.05 * P * mean_mass * (com - cen) / (5 * sigma_r * 0.3), "ARS step")
-        assert kept.shape == (P,)
     elif name == "sep_cma_es":  # c_m (M - θ), from the model: no centroid subtracted
         close(step, 0.7 * com, "Sep-CMA-ES step")
     else:  # open_es: (m̄/σ²)(M - c)
@@ -180,7 +178,7 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
     elif name == "sep_cma_es":  # rank-μ term Σ w_i y_i² with y_i = (x_i - m)/σ
         from jaxes.strategies.sep_cma_es import cma_constants
 
-        k = cma_constants(theta.size, P, 6)
+        k = cma_constants(theta.size, 6)
         y = (pop - theta[None]) / float(state.sigma)
         w = cma_weights(fitness, 6)
         c = flat(state.variances)
@@ -195,6 +193,9 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
             + k.c_mu * (w @ y**2)
         )
         close(flat(new_state.variances), expected, "Sep-CMA-ES variances")
+        # Cumulative step-size adaptation of the global σ.
+        sigma = float(state.sigma) * math.exp(k.c_sigma / k.d_sigma * (ps_norm / k.chi_n - 1))
+        close(float(new_state.sigma), sigma, "Sep-CMA-ES σ")
     else:  # a fixed σ is a setting, not state
         assert "sigma" not in new_state._fields
 
@@ -264,7 +265,7 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.snes(8, sigma=-1.0), "sigma"),
         (lambda: jaxes.snes(8, mean_learning_rate=0.0), "mean_learning_rate"),
         (lambda: jaxes.snes(8, sigma_learning_rate=-1.0), "sigma_learning_rate"),
-        (lambda: jaxes.ars(8, top_k=5), "top_k"),
+        (lambda: jaxes.ars(8, top_k=5), r"top_k: expected an int in \[1, 4\]"),
         (lambda: jaxes.ars(8, top_k=0), "top_k"),
         (lambda: jaxes.ars(8, sigma=0.0), "sigma"),
         (lambda: jaxes.ars(8, learning_rate=-0.01), "learning_rate"),
@@ -279,11 +280,6 @@ def test_bad_settings_name_the_argument(make, message):
         make()
 
 
-def test_ars_top_k_error_states_the_bound():
-    with pytest.raises(ValueError, match=r"\[1, 4\]"):
-        jaxes.ars(8, top_k=5)
-
-
 @pytest.mark.parametrize("name", ["pgpe", "snes", "ars", "sep_cma_es"])
 def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
     es = STRATEGIES[name]()
@@ -292,5 +288,5 @@ def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
     fitness = jax.vmap(fitness_fn)(population).at[3].set(jnp.nan).at[6].set(jnp.inf)
     state, info = es.tell(state, fitness)
     floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats if x.ndim > 0)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats)
     assert bool(jnp.isfinite(info.best_fitness))

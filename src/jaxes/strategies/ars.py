@@ -24,6 +24,7 @@ import optax
 from jaxes import centroid
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
+from jaxes.checks import check_int
 from jaxes.strategies import common
 from jaxes.types import Params, Strategy
 
@@ -106,12 +107,8 @@ def ars(
     """
     p = common.check_population_size(population_size, antithetic=True)
     nu = common.check_positive("sigma", sigma)
-    b = p // 2 if top_k is None else top_k
-    if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= p // 2:
-        raise ValueError(
-            f"top_k: ARS keeps b of the P/2 = {p // 2} directions; expected an int in "
-            f"[1, {p // 2}] or None, got {top_k!r}"
-        )
+    # ARS keeps b of the P/2 directions.
+    b = p // 2 if top_k is None else check_int("top_k", top_k, 1, p // 2)
     optimizer = common.check_optimizer(
         optimizer, lambda: optax.sgd(common.check_positive("learning_rate", learning_rate))
     )

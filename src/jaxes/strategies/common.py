@@ -14,7 +14,7 @@ import optax
 
 from jaxes import centroid
 from jaxes import noise as noise_lib
-from jaxes.checks import check_positive
+from jaxes.checks import check_int, check_positive
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -53,15 +53,7 @@ def sigma_schedule(sigma, sigma_floor: float = 0.0) -> Schedule:
 
 def check_batch_size(batch_size) -> int | None:
     """``None`` or an int >= 1."""
-    if batch_size is None:
-        return None
-    if (
-        not isinstance(batch_size, numbers.Integral)
-        or isinstance(batch_size, bool)
-        or batch_size < 1
-    ):
-        raise ValueError(f"noise_batch_size: expected None or an int >= 1, got {batch_size!r}")
-    return int(batch_size)
+    return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
 
 
 NOISE_SOURCES = ("gaussian", "table")

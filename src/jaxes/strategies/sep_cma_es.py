@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxes import centroid
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
+from jaxes.checks import check_int
 from jaxes.strategies import common
 from jaxes.types import Params, Strategy
 
@@ -64,12 +65,12 @@ class CMAConstants(NamedTuple):
     chi_n: float
 
 
-def cma_constants(n: int, population_size: int, elite_size: int) -> CMAConstants:
+def cma_constants(n: int, elite_size: int) -> CMAConstants:
     """Hansen's defaults, with the covariance rates scaled by ``(n + 2)/3`` for the diagonal
     model (Ros & Hansen 2008).
 
     Example:
-      >>> c = cma_constants(10, 10, 5)
+      >>> c = cma_constants(10, 5)
       >>> round(c.mu_eff, 3), round(c.c_sigma, 3)
       (3.167, 0.284)
     """
@@ -85,7 +86,6 @@ def cma_constants(n: int, population_size: int, elite_size: int) -> CMAConstants
     c_1 = min(1.0, sep * c_1)
     c_mu = min(1.0 - c_1, sep * c_mu)
     chi_n = math.sqrt(n) * (1.0 - 1.0 / (4.0 * n) + 1.0 / (21.0 * n * n))
-    del population_size  # the rates depend on P only through the weights
     return CMAConstants(mu_eff, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n)
 
 
@@ -119,11 +119,7 @@ def sep_cma_es(
       True
     """
     p = common.check_population_size(population_size, antithetic=False)
-    mu = p // 2 if elite_size is None else elite_size
-    if not isinstance(mu, int) or isinstance(mu, bool) or not 1 <= mu <= p:
-        raise ValueError(
-            f"elite_size: expected an int in [1, population_size = {p}] or None, got {elite_size!r}"
-        )
+    mu = p // 2 if elite_size is None else check_int("elite_size", elite_size, 1, p)
     sigma0 = common.check_positive("sigma", sigma)
     c_m = common.check_positive("mean_learning_rate", mean_learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
@@ -151,28 +147,26 @@ def sep_cma_es(
     def member(state: SepCMAState, i) -> Params:
         return perturbations.member(state.noise_state, state.key, i, state.params, scale(state))
 
-    def moments_of_y(state: SepCMAState, weights) -> centroid.PopulationMoments:
-        """Moments of ``y_i = D ⊙ z_i`` (displacements in units of σ, so that a tiny σ never
-        divides anything)."""
+    def weigh(state: SepCMAState, fitness):
+        """Recombination weights and the moments of ``y_i = D ⊙ z_i`` (displacements in units
+        of σ, so that a tiny σ never divides anything)."""
+        weights = weights_of(common.check_fitness(fitness, p))
         # The recombination weights are non-negative, zero for the rest: the masses themselves.
         d = jax.tree.map(jnp.sqrt, state.variances)
-        return common.population_moments(perturbations, state, weights, d, squares=True)
+        return weights, common.population_moments(perturbations, state, weights, d, squares=True)
 
     def estimate(state: SepCMAState, fitness):
         """The mean's step ``c_m (M - m)``."""
-        fitness = common.check_fitness(fitness, p)
-        weights = weights_of(fitness)
-        moments = centroid.scale_moments(moments_of_y(state, weights), state.sigma)
+        weights, y_moments = weigh(state, fitness)
+        moments = centroid.scale_moments(y_moments, state.sigma)
         direction = jax.tree.map(lambda d: c_m * d, centroid.centre_of_mass(moments))
         return direction, common.EstimateStats(weights, weights, moments, scale(state))
 
     def tell(state: SepCMAState, fitness):
-        fitness = common.check_fitness(fitness, p)
-        weights = weights_of(fitness)
-        y_moments = moments_of_y(state, weights)
+        _, y_moments = weigh(state, fitness)
         moments = centroid.scale_moments(y_moments, state.sigma)
         n = noise_lib.num_params(state.params)
-        k = cma_constants(n, p, mu)
+        k = cma_constants(n, mu)
         # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
         y_w = centroid.centre_of_mass(y_moments)
         params = jax.tree.map(
