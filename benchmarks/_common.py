@@ -20,6 +20,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -166,13 +167,19 @@ class Child(NamedTuple):
     other_cpu_share: float
 
 
-def spawn_child(script: str, spec: dict, timeout: float, env: dict | None = None) -> Child:
+def spawn_child(
+    script: str, spec: dict, timeout: float, env: dict | None = None, tee_stderr: bool = False
+) -> Child:
     """Runs `python script --child <spec json>` in a fresh process (environment `env`, or this
-    one's) and reads the line its `print_result` wrote."""
+    one's) and reads the line its `print_result` wrote. With `tee_stderr` the child's stderr
+    is also copied to this process's stderr as it comes (progress of a long child)."""
     cmd = [sys.executable, str(Path(script).resolve()), "--child", json.dumps(spec)]
     busy0, wall0 = busy_cpu_seconds(), time.perf_counter()
     own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if tee_stderr:
+        proc = _run_teeing_stderr(cmd, timeout, env)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter() - wall0
     own = (own1.ru_utime - own0.ru_utime) + (own1.ru_stime - own0.ru_stime)
@@ -182,3 +189,36 @@ def spawn_child(script: str, spec: dict, timeout: float, env: dict | None = None
         if line.startswith(RESULT_PREFIX):
             return Child(json.loads(line[len(RESULT_PREFIX) :]), proc, share)
     return Child(None, proc, share)
+
+
+def _run_teeing_stderr(cmd: list[str], timeout: float, env: dict | None):
+    """`subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)`, except that each
+    line the child writes on stderr is also written on this process's stderr at once."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1
+    )
+    out: list[str] = []
+    err: list[str] = []
+
+    def tee():
+        for line in proc.stderr:
+            err.append(line)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+    def collect():
+        out.append(proc.stdout.read())
+
+    threads = [threading.Thread(target=tee, daemon=True), threading.Thread(target=collect)]
+    for thread in threads:
+        thread.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for thread in threads:
+            thread.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))

@@ -1,11 +1,12 @@
-"""ask + evaluate + tell: jaxes `open_es` against evosax `Open_ES`, seconds per generation and RSS.
+"""ask + evaluate + tell: jaxes at its defaults against evosax `Open_ES`, time and peak RSS.
 
 What it measures: for each configuration (dimension d, population P) and each variant, one
-jitted function does a whole generation (ask, evaluate the sphere, tell) with the state
-buffers donated. After compiling and two warm-up calls it times `Config.gens` calls, each
-ended by `jax.block_until_ready`, and reports the median. Every (configuration, variant) pair
-runs in its own subprocess, so the peak resident memory (`ru_maxrss` of that child, MiB) belongs
-to it alone; it includes the Python interpreter, JAX and the compiled program.
+jitted function does a whole generation (ask, evaluate the sphere, tell). After compiling and
+two warm-up calls it times `Config.gens` calls, each ended by `jax.block_until_ready`, and
+reports the median. Every (configuration, variant) pair runs in its own subprocess, so the
+peak resident memory (`ru_maxrss` of that child, MiB) belongs to it alone; it includes the
+Python interpreter, JAX and the compiled program. evosax runs in the same invocation as jaxes,
+so every ratio compares two processes of one run on one machine.
 
 Both libraries run OpenAI-ES with antithetic pairs, centered-rank fitness shaping, σ = 0.05 and
 `optax.adam(1e-2)`. The fitness is the sum of squares: jaxes maximises, so it gets
@@ -14,23 +15,36 @@ As a sanity check each child reports `f(x_T) / f(x_0)` (the sum of squares of th
 all its generations over the one at the start; below 1: the run went downhill) and
 cos(x_T - x_0, -∇f(x_0)) (> 0: the mean moved along the descent direction).
 
+jaxes runs at its defaults: `jaxes.open_es(P, 0.05, learning_rate=1e-2)` with no `noise=`,
+`noise_table_size=`, `noise_batch_size=` or `memory_budget=` argument (so the noise table,
+a 64 MiB memory budget and `track_best=True`); each child records the defaults it ran with.
+
 Variants:
-  evosax            `Open_ES` ask/tell: the (P, d) population is drawn in ask, tell subtracts
-                    the mean from it.
-  jaxes gaussian    `ask` returns the (P, d) population, evaluated with `vmap`; `tell`
-                    regenerates the normals from the key.
-  jaxes table       the same with `noise="table"` (windows of a shared table of N(0, 1) floats).
-  jaxes * lean      the population is never built: `ask` only records the key, members are
-                    rebuilt and evaluated a few at a time with `lax.map(..., batch_size)`, and
-                    `tell` rebuilds a few perturbations at a time (`noise_batch_size`); the batch
-                    sizes are set per configuration in `FULL_CONFIGS`.
+  evosax            `Open_ES` ask/tell, jitted with the state donated: the (P, d) population
+                    is drawn in ask, tell subtracts the mean from it.
+  jaxes README      the README's loop as written there (`@jax.jit`, no donation):
+                    `population, state = es.ask(k, state)`,
+                    `fitness = jax.vmap(f)(population)`, `state, info = es.tell(state, fitness)`
+                    on params `{"w": x}`. Without donation XLA writes a new copy of every
+                    state buffer, the 64 MiB noise table included, on each call.
+  jaxes README,     the same loop jitted with `donate_argnums=0` (how much of the README
+    donated         loop's time is that copy).
+  jaxes evaluate    `_, state = es.ask(k, state)`, `fitness = jaxes.evaluate(es, state, f)`,
+                    `es.tell(state, fitness)`, jitted with the state donated: the population is
+                    dead code, members are rebuilt and evaluated in memory-budgeted chunks.
+  jaxes step        `jax.jit(jaxes.step.generation_step(es, function_task("sphere", d)),
+                    donate_argnums=0)` on `jaxes.train.init_state(es, task, 0)`.
+
+Targets (the issue's; printed next to the measured ratios):
+  d=100k, P=256: README loop >= 3x faster than evosax per generation; generation_step >= 10x.
+  d=10M, P=64: peak RSS of generation_step and of the README loop <= 1/4 of evosax's.
 
 On a shared machine each child waits (up to `--max-wait` s) for the CPU to be quiet and is run
 again (up to `--attempts` tries) when other processes took more than 5% of the CPU during it;
 the share they took is reported for every row.
 
 Run:
-  .venv/bin/python benchmarks/asktell.py            # d=100k P=256 and d=10M P=64 (minutes)
+  .venv/bin/python benchmarks/asktell.py            # d=100k P=256 and d=10M P=64 (~10 min)
   .venv/bin/python benchmarks/asktell.py --quick    # d=1000 P=16, 3 generations (smoke test)
 Results are printed as a table and written as JSON to `--out` (default
 benchmarks/results/asktell.json, or asktell_quick.json with `--quick`).
@@ -43,6 +57,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,35 +75,37 @@ from _common import (
 
 SIGMA = 0.05
 LEARNING_RATE = 1e-2
-X0 = 1.0  # every coordinate of the starting mean
+X0 = 1.0  # every coordinate of the starting mean (function_task's default start)
 WARMUP_CALLS = 2
 MAX_OTHER_CPU_SHARE = 0.05  # warn when other processes took more of the CPU than this
+# The keywords of jaxes.open_es whose defaults this benchmark measures (recorded per child).
+DEFAULT_KEYWORDS = ("noise", "noise_table_size", "noise_batch_size", "memory_budget", "track_best")
 
 
 class Config(NamedTuple):
-    """One problem size. `eval_batch` and `noise_batch` are used by the lean variants only."""
+    """One problem size."""
 
     d: int
     P: int
     gens: int  # timed generations
-    table_size: int  # noise_table_size for the table variants
-    eval_batch: int  # members rebuilt and evaluated per lax.map step
-    noise_batch: int  # noise_batch_size given to open_es
 
 
-# Lean batch sizes: at d=10M every member in flight costs ~190 MiB (the member plus the
-# threefry temporaries of jax.random.normal), so they stay small there.
-FULL_CONFIGS = [
-    Config(100_000, 256, gens=30, table_size=2**24, eval_batch=8, noise_batch=4),
-    Config(10_000_000, 64, gens=5, table_size=2**24, eval_batch=2, noise_batch=2),
-]
-QUICK_CONFIGS = [Config(1_000, 16, gens=3, table_size=2**12, eval_batch=4, noise_batch=4)]
-VARIANTS = [
-    ("evosax", "standard"),
-    ("jaxes gaussian", "standard"),
-    ("jaxes table", "standard"),
-    ("jaxes gaussian", "lean"),
-    ("jaxes table", "lean"),
+FULL_CONFIGS = [Config(100_000, 256, gens=30), Config(10_000_000, 64, gens=5)]
+QUICK_CONFIGS = [Config(1_000, 16, gens=3)]
+VARIANTS = ("evosax", "readme", "readme_donated", "evaluate", "step")
+LABELS = {
+    "evosax": "evosax Open_ES",
+    "readme": "jaxes README loop",
+    "readme_donated": "jaxes README loop, donated",
+    "evaluate": "jaxes ask+evaluate+tell",
+    "step": "jaxes generation_step",
+}
+# (d, variant, result key, needed evosax/jaxes ratio, what the ratio is)
+TARGETS = [
+    (100_000, "readme", "median_s", 3.0, "evosax s/gen / jaxes s/gen"),
+    (100_000, "step", "median_s", 10.0, "evosax s/gen / jaxes s/gen"),
+    (10_000_000, "step", "peak_rss_mib", 4.0, "evosax peak RSS / jaxes peak RSS"),
+    (10_000_000, "readme", "peak_rss_mib", 4.0, "evosax peak RSS / jaxes peak RSS"),
 ]
 
 
@@ -104,7 +121,7 @@ def sum_of_squares(x):
 
 
 def make_evosax_step(d: int, p: int):
-    """Returns (init_state, step, mean_of); evosax minimises the sum of squares."""
+    """Returns (init_state, step(state, key), mean_of); evosax minimises the sum of squares."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -127,50 +144,56 @@ def make_evosax_step(d: int, p: int):
         return state, jnp.mean(fitness)
 
     state = es.init(jax.random.key(0), jnp.full((d,), X0, jnp.float32), es_params)
-    return state, jax.jit(step, donate_argnums=0), lambda s: s.mean
+    return state, jax.jit(step, donate_argnums=0), lambda s: s.mean, {}
 
 
 def make_jaxes_step(spec: dict):
-    """Returns (init_state, step, mean_of); jaxes maximises, so fitness is minus the sum."""
+    """Returns (init_state, step(state, key), mean_of, extra); jaxes maximises -sum(x**2)."""
+    import inspect
+
     import jax
     import jax.numpy as jnp
-    import optax
 
     import jaxes
+    from jaxes.step import generation_step
+    from jaxes.tasks.functions import function_task
+    from jaxes.train import init_state
 
-    d, p, lean = spec["d"], spec["P"], spec["pattern"] == "lean"
+    d, variant = spec["d"], spec["variant"]
+    es = jaxes.open_es(spec["P"], SIGMA, learning_rate=LEARNING_RATE)  # defaults otherwise
+    signature = inspect.signature(jaxes.open_es).parameters
+    extra = {"jaxes_defaults": {k: signature[k].default for k in DEFAULT_KEYWORDS}}
 
-    es = jaxes.open_es(
-        population_size=p,
-        sigma=SIGMA,
-        optimizer=optax.adam(LEARNING_RATE),
-        noise=spec["variant"].split()[1],
-        noise_table_size=spec["table_size"],
-        noise_batch_size=spec["noise_batch"] if lean else None,
-    )
+    if variant in ("readme", "readme_donated"):
+        state = es.init(jax.random.key(0), {"w": jnp.full((d,), X0, jnp.float32)})
 
-    def standard_step(state, key):
-        population, state = es.ask(key, state)
-        fitness = -sum_of_squares(population)
-        state, _ = es.tell(state, fitness)
-        return state, -jnp.mean(fitness)
+        def generation(state, key):
+            population, state = es.ask(key, state)
+            fitness = jax.vmap(lambda p: -jnp.sum(p["w"] ** 2))(population)
+            return es.tell(state, fitness)
 
-    def lean_step(state, key):
-        _, state = es.ask(key, state)  # the unused population is dead code for XLA
-        fitness = jax.lax.map(
-            lambda i: -sum_of_squares(es.member(state, i)),
-            jnp.arange(p),
-            batch_size=min(spec["eval_batch"], p),
-        )
-        state, _ = es.tell(state, fitness)
-        return state, -jnp.mean(fitness)
+        donate = (0,) if variant == "readme_donated" else ()
+        return state, jax.jit(generation, donate_argnums=donate), lambda s: s.params["w"], extra
 
-    state = es.init(jax.random.key(0), jnp.full((d,), X0, jnp.float32))
-    # `init` returns `best_params` as the very buffer of `params`; donating one buffer twice is an
-    # error, so give every leaf its own buffer first.
-    state = jax.tree.map(jnp.copy, state)
-    step = lean_step if lean else standard_step
-    return state, jax.jit(step, donate_argnums=0), lambda s: s.params
+    if variant == "evaluate":
+        state = es.init(jax.random.key(0), jnp.full((d,), X0, jnp.float32))
+
+        def generation(state, key):
+            _, state = es.ask(key, state)  # the unused population is dead code for XLA
+            fitness = jaxes.evaluate(es, state, lambda x: -jnp.sum(x**2))
+            return es.tell(state, fitness)
+
+        extra["eval_chunk"] = es.eval_chunk(state, spec["P"])
+        return state, jax.jit(generation, donate_argnums=0), lambda s: s.params, extra
+
+    if variant == "step":
+        task = function_task("sphere", d)
+        step = jax.jit(generation_step(es, task), donate_argnums=0)
+        state = init_state(es, task, 0)
+        extra["eval_chunk"] = es.eval_chunk(state.strategy_state, spec["P"])
+        return state, lambda ts, key: step(ts), lambda ts: ts.strategy_state.params, extra
+
+    raise ValueError(f"unknown variant {variant!r}")
 
 
 def time_generations(state, step, gens: int):
@@ -195,15 +218,16 @@ def run_child(spec: dict) -> dict:
     import jax
 
     if spec["variant"] == "evosax":
-        state, step, mean_of = make_evosax_step(spec["d"], spec["P"])
+        state, step, mean_of, extra = make_evosax_step(spec["d"], spec["P"])
     else:
-        state, step, mean_of = make_jaxes_step(spec)
-    x0 = jax.numpy.array(mean_of(state))  # a copy: the state's buffers are donated
+        state, step, mean_of, extra = make_jaxes_step(spec)
+    x0 = jax.numpy.array(mean_of(state))  # a copy: the state's buffers may be donated
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     state, seconds, compile_s = time_generations(state, step, spec["gens"])
     x_end = jax.block_until_ready(mean_of(state))
     return {
         **spec,
+        **extra,
         "median_s": statistics.median(seconds),
         "seconds": seconds,
         "compile_and_first_call_s": compile_s,
@@ -259,61 +283,62 @@ def spawn_quietest(spec: dict, args) -> dict:
 
 def spawn(spec: dict, args) -> dict:
     """Runs one child; also measures how much CPU other processes took meanwhile."""
-    child = spawn_child(__file__, spec, args.timeout)
+    try:
+        child = spawn_child(__file__, spec, args.timeout)
+    except subprocess.TimeoutExpired:
+        return {**spec, "other_cpu_share": 0.0, "error": f"timed out after {args.timeout:g} s"}
     # Share of the machine's CPU time used by other processes while this child ran.
     contention = {"other_cpu_share": child.other_cpu_share}
     if child.result is not None:
         return child.result | contention
+    code = child.proc.returncode
+    why = "killed by SIGKILL (likely out of memory)" if code == -9 else f"exit code {code}"
     tail = (child.proc.stderr or child.proc.stdout)[-2000:]
-    return {**spec, **contention, "error": f"exit code {child.proc.returncode}: {tail}"}
+    return {**spec, **contention, "error": f"{why}: {tail}"}
+
+
+def base_result(results: list[dict], d: int) -> dict | None:
+    """evosax's row at dimension `d` (None when it is missing or failed)."""
+    ok = [r for r in results if r["variant"] == "evosax" and r["d"] == d and "error" not in r]
+    return ok[0] if ok else None
 
 
 def target_lines(results: list[dict]) -> list[str]:
-    """The issue's targets, per jaxes variant: >= 3x faster at d=100k, <= 1/4 peak RSS at d=10M."""
-    targets = [
-        (100_000, "median_s", 3.0, "evosax s/gen / jaxes s/gen"),
-        (10_000_000, "peak_rss_mib", 4.0, "evosax peak RSS / jaxes peak RSS"),
-    ]
+    """The issue's targets, each as one line: the measured evosax/jaxes ratio and a verdict."""
     lines = []
-    for d, key, needed, what in targets:
-        base = evosax_result(results, d)
-        for r in results:
-            if base is None or r["d"] != d or r["variant"] == "evosax" or "error" in r:
-                continue
-            factor = base[key] / r[key]
-            verdict = "met" if factor >= needed else "NOT met"
-            lines.append(
-                f"d={d:,} {label(r)}: {what} = {factor:.2f} (target >= {needed:g}): {verdict}"
-            )
+    for d, variant, key, needed, what in TARGETS:
+        base = base_result(results, d)
+        rows = [r for r in results if r["d"] == d and r["variant"] == variant]
+        if not rows:
+            continue
+        head = f"d={d:,} P={rows[0]['P']} {LABELS[variant]}: {what}"
+        r = rows[0]
+        if base is None or "error" in r:
+            lines.append(f"{head} = n/a (target >= {needed:g}): a run failed")
+            continue
+        factor = base[key] / r[key]
+        verdict = "met" if factor >= needed else "NOT met"
+        lines.append(f"{head} = {factor:.2f} (target >= {needed:g}): {verdict}")
     return lines
-
-
-def label(r: dict) -> str:
-    if r["pattern"] != "lean":
-        return r["variant"]
-    return f"{r['variant']} lean (eval {r['eval_batch']}, noise {r['noise_batch']})"
-
-
-def evosax_result(results: list[dict], d: int) -> dict | None:
-    ok = [r for r in results if r["variant"] == "evosax" and r["d"] == d and "error" not in r]
-    return ok[0] if ok else None
 
 
 def format_table(results: list[dict]) -> str:
     head = (
         "| d | P | variant | median s/gen | peak RSS MiB | f(x_T)/f(x_0) "
-        "| cos(Δx, -∇f) | vs evosax: time | vs evosax: RSS | CPU taken by others |"
+        "| cos(Δx, -∇f) | evosax s / jaxes s | evosax RSS / jaxes RSS | CPU taken by others |"
     )
     rows = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
+        label = LABELS[r["variant"]]
         if "error" in r:
-            rows.append(f"| {r['d']:,} | {r['P']} | {label(r)} | error | | | | | | |")
+            why = r["error"].split(":", 1)[0]
+            rows.append(f"| {r['d']:,} | {r['P']} | {label} | error: {why} | | | | | | |")
             continue
-        base = evosax_result(results, r["d"])
-        t_ratio = f"{r['median_s'] / base['median_s']:.2f}" if base else "n/a"
-        m_ratio = f"{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}" if base else "n/a"
+        base = base_result(results, r["d"])
+        t_ratio = f"{base['median_s'] / r['median_s']:.2f}" if base else "n/a"
+        m_ratio = f"{base['peak_rss_mib'] / r['peak_rss_mib']:.2f}" if base else "n/a"
         rows.append(
-            f"| {r['d']:,} | {r['P']} | {label(r)} | {r['median_s']:.4f} | "
+            f"| {r['d']:,} | {r['P']} | {label} | {r['median_s']:.4f} | "
             f"{r['peak_rss_mib']:.0f} | {r['f_ratio']:.4f} | {r['downhill_cos']:+.4f} | "
             f"{t_ratio} | {m_ratio} | {r['other_cpu_share']:.0%} |"
         )
@@ -328,8 +353,13 @@ def parse_args(argv: list[str]):
         type=Path,
         help="JSON results path (default: benchmarks/results/asktell.json, or asktell_quick.json)",
     )
-    parser.add_argument("--eval-batch", type=int, help="lean: members per lax.map step")
-    parser.add_argument("--noise-batch", type=int, help="lean: noise_batch_size")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="subset to run (default: all; the ratios need evosax)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
     parser.add_argument(
         "--attempts", type=int, help="tries per variant while the CPU is shared (3; quick: 1)"
@@ -343,29 +373,28 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv[1:])
+    if args.child:
+        print_result(run_child(json.loads(args.child)))
+        return
     if args.out is None:
         args.out = RESULTS / ("asktell_quick.json" if args.quick else "asktell.json")
     if args.attempts is None:
         args.attempts = 1 if args.quick else 3
     if args.max_wait is None:
         args.max_wait = 0 if args.quick else 600
-    if args.child:
-        print_result(run_child(json.loads(args.child)))
-        return
     info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     results = []
     for config in QUICK_CONFIGS if args.quick else FULL_CONFIGS:
-        config = config._replace(
-            eval_batch=args.eval_batch or config.eval_batch,
-            noise_batch=args.noise_batch or config.noise_batch,
-        )
-        for variant, pattern in VARIANTS:
-            spec = config._asdict() | {"variant": variant, "pattern": pattern}
+        for variant in [v for v in VARIANTS if v in args.variants]:
+            spec = config._asdict() | {"variant": variant}
             result = spawn_quietest(spec, args)
             results.append(result)
-            status = result.get("error", f"{result.get('median_s', 0):.4f} s/gen")
+            if "error" in result:
+                status = "error: " + result["error"].split(":", 1)[0]
+            else:
+                status = f"{result['median_s']:.4f} s/gen, {result['peak_rss_mib']:.0f} MiB"
             status += f", other processes used {result['other_cpu_share']:.0%} of the CPU"
-            print(f"d={config.d:,} P={config.P} {label(result)}: {status}", file=sys.stderr)
+            print(f"d={config.d:,} P={config.P} {LABELS[variant]}: {status}", file=sys.stderr)
     warnings = []
     if max(r["other_cpu_share"] for r in results) > MAX_OTHER_CPU_SHARE:
         warnings.append("other processes took CPU time during some runs (see other_cpu_share)")
@@ -378,6 +407,7 @@ def main(argv: list[str]) -> None:
     settings = {
         "sigma": SIGMA,
         "optimizer": f"optax.adam({LEARNING_RATE})",
+        "jaxes": f"jaxes.open_es(P, {SIGMA}, learning_rate={LEARNING_RATE}), defaults otherwise",
         "x0": X0,
         "warmup_calls": WARMUP_CALLS,
     }

@@ -40,9 +40,12 @@ def test_rank_shaping_is_invariant_under_monotone_maps():
 
 def test_raw_shaping_skips_the_scale_check():
     es = jaxes.open_es(8, 0.05, fitness_shaping="raw")
-    testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, jax.random.key(0), scale=None)
+    # Raw weights keep float32's rounding of F + 123 (about 4e-6 each).
+    testing.assert_shift_and_scale_invariant(
+        es, PARAMS, fitness, jax.random.key(0), scale=None, rtol=5e-5
+    )
     with pytest.raises(AssertionError, match="7.0 \\* F"):
-        testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, jax.random.key(0))
+        testing.assert_shift_and_scale_invariant(es, PARAMS, fitness, jax.random.key(0), rtol=5e-5)
 
 
 def broken(es, scale=1.0, key_offset=0):

@@ -10,8 +10,9 @@ Example:
   1
 """
 
-from jaxes import centroid, noise, shaping, testing
+from jaxes import centroid, evaluation, noise, shaping, testing
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
+from jaxes.evaluation import evaluate
 from jaxes.noise import NoiseSource, Perturbations
 from jaxes.shaping import centered_rank, raw, z_score
 from jaxes.strategies import (
@@ -19,6 +20,7 @@ from jaxes.strategies import (
     OpenESState,
     StrategyInfo,
     ars,
+    centre,
     open_es,
     pgpe,
     sep_cma_es,
@@ -38,9 +40,12 @@ __all__ = [
     "StrategyInfo",
     "ars",
     "centered_rank",
+    "centre",
     "centroid",
     "classical_estimator",
     "displacement_update",
+    "evaluate",
+    "evaluation",
     "noise",
     "open_es",
     "pgpe",

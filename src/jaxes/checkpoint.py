@@ -2,7 +2,9 @@
 
 A checkpoint holds the full ``TrainState`` pytree (strategy state with its optimizer state and
 keys, task state with observation statistics, the run key and the generation). PRNG keys are
-stored as their raw ``uint32`` data and rewrapped on restore. Orbax writes each step to a
+stored as their raw ``uint32`` data and rewrapped on restore. A noise table (``noise.Table``) is
+a pure function of the strategy's init key, so it is not stored: restore takes it from the
+freshly initialised state it restores into. Orbax writes each step to a
 temporary folder and renames it when complete, so a run killed mid-save leaves only whole
 checkpoints behind.
 """
@@ -15,6 +17,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from jaxes.noise import Table
 
 
 class CheckpointError(RuntimeError):
@@ -74,6 +79,36 @@ def rewrap_keys(tree, like):
     )
 
 
+def _is_table(x) -> bool:
+    return isinstance(x, Table)
+
+
+def strip_tables(tree):
+    """Noise tables replaced by a scalar placeholder (they are rebuilt, never stored).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> strip_tables({"noise": Table(jnp.zeros(1000)), "x": jnp.ones(2)})["noise"].shape
+      ()
+    """
+
+    def placeholder(table):
+        zero = np.zeros((), np.float32)
+        sharding = getattr(table.values, "sharding", None)
+        return zero if sharding is None else jax.device_put(zero, sharding)
+
+    return jax.tree.map(lambda x: placeholder(x) if _is_table(x) else x, tree, is_leaf=_is_table)
+
+
+def restore_tables(tree, like):
+    """``tree`` with ``like``'s noise tables put back where ``strip_tables`` left placeholders."""
+    leaves, treedef = jax.tree.flatten(like, is_leaf=_is_table)
+    restored = treedef.flatten_up_to(tree)
+    return treedef.unflatten(
+        [ref if _is_table(ref) else x for x, ref in zip(restored, leaves, strict=True)]
+    )
+
+
 class Checkpointer:
     """Saves and restores one run's states under ``directory`` (keeps the newest ``keep``)."""
 
@@ -90,7 +125,8 @@ class Checkpointer:
 
     def save(self, step: int, state: Any) -> None:
         """Writes ``state`` as checkpoint ``step`` and waits until it is complete on disk."""
-        self._manager.save(step, args=self._ocp.args.StandardSave(unwrap_keys(state)), force=True)
+        data = unwrap_keys(strip_tables(state))
+        self._manager.save(step, args=self._ocp.args.StandardSave(data), force=True)
         self._manager.wait_until_finished()
 
     def latest_step(self) -> int | None:
@@ -104,9 +140,10 @@ class Checkpointer:
         if step is None:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
         # Restoring into ``like``'s shardings puts a replicated state straight onto its mesh.
+        stripped = strip_tables(like)
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-            unwrap_keys(like),
+            unwrap_keys(stripped),
         )
         try:
             raw = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
@@ -115,7 +152,7 @@ class Checkpointer:
                 f"checkpoint {step} in {self.directory} cannot be read ({type(err).__name__}: "
                 f"{str(err).splitlines()[0] if str(err) else 'no detail'})"
             ) from err
-        return step, rewrap_keys(raw, like)
+        return step, restore_tables(rewrap_keys(raw, stripped), like)
 
     def close(self) -> None:
         self._manager.close()

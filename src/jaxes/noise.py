@@ -1,16 +1,28 @@
 """Perturbations rebuilt from keys, never stored.
 
-Member ``i`` of a population is ``θ + s_i σ ε_{j(i)}``. With antithetic pairs ``j = i // 2`` and
-``s_i = +1, -1, +1, -1, ...``; without them ``j = i`` and ``s_i = +1``. Each base perturbation
-``ε_j`` is a pure function of ``(noise_state, fold_in(key, j))``, so ``ask``, ``member`` and
-``tell`` on any device or host rebuild exactly the same numbers from the same key (Salimans et
-al. 2017): only fitness values ever need to travel.
+Member ``i`` of a population is ``θ + s_i σ ε_{j(i)}``, rounded to each leaf's own dtype. With
+antithetic pairs ``j = i // 2`` and ``s_i = +1, -1, +1, -1, ...``; without them ``j = i`` and
+``s_i = +1``. Each base perturbation ``ε_j`` is a pure function of
+``(noise_state, fold_in(key, j))``, so ``ask``, ``member`` and ``tell`` on any device or host
+rebuild exactly the same numbers from the same key (Salimans et al. 2017): only fitness values
+ever need to travel.
+
+Keys: whatever key the caller passes (a typed key of any ``jax_default_prng_impl``, or raw
+``uint32`` data), ``noise_key`` turns it into one threefry key, and every draw below uses
+threefry. Threefry is a pure function of key and counter, so a member built alone, inside
+``vmap`` or on another device is bit-identical to its row of the population; ``rbg`` keys are
+not (their bits depend on the batch they are drawn in).
 
 Two sources of ``ε``:
-  * ``gaussian()``: fresh N(0, I) draws from JAX's counter-based PRNG.
-  * ``noise_table(size)``: a fixed table of N(0, 1) floats made once at ``init``; ``ε_j`` is the
-    window of length ``dim(θ)`` at a key-derived offset. Reading a window is much cheaper than
-    drawing normals, at the cost of correlated (shifted) windows.
+  * ``noise_table(size)`` (the default): a table of ``size`` N(0, 1) floats drawn once at
+    ``init``; ``ε_j`` is read as windows of the table at key-derived offsets, one
+    window per block of ``size // 2`` coordinates, so a model of any size reads its noise
+    instead of drawing it (Salimans et al.'s shared table).
+  * ``gaussian()``: fresh N(0, I) draws (threefry) for every perturbation.
+
+Memory: a ``Perturbations`` recipe carries a ``memory_budget`` in bytes. ``eval_chunk`` and
+``tell_chunk`` are how many members (bases) fit in it, so evaluation and the rebuild in
+``tell`` never hold the whole ``P × d`` population.
 """
 
 from __future__ import annotations
@@ -24,9 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxes.checks import check_int
 from jaxes.types import Params, PRNGKey
 
 NoiseState = Any
+_HIGHEST = jax.lax.Precision.HIGHEST
+# 64 MiB of members (evaluation) or of rebuilt noise (tell) in flight at once.
+DEFAULT_MEMORY_BUDGET = 64 * 2**20
 
 
 class NoiseSource(NamedTuple):
@@ -35,13 +51,53 @@ class NoiseSource(NamedTuple):
     Attributes:
       init: ``init(key, params) -> noise_state`` (``None`` for a stateless source).
       sample: ``sample(noise_state, key, params) -> eps``, one float32 pytree shaped like
-        ``params`` with N(0, 1) entries.
+        ``params`` with N(0, 1) entries; ``key`` is a threefry key.
       name: a short label for logs.
     """
 
     init: Callable[[PRNGKey, Params], NoiseState]
     sample: Callable[[NoiseState, PRNGKey, Params], Params]
     name: str
+
+
+class Table(NamedTuple):
+    """The shared noise table (a ``noise_state``). It is a pure function of the strategy's
+    init key, so checkpoints leave it out and rebuild it."""
+
+    values: jax.Array
+
+
+def noise_key(key) -> jax.Array:
+    """A typed threefry key made from any key: typed keys of any PRNG implementation, or raw
+    ``uint32`` key data. Threefry keys pass through unchanged.
+
+    Example:
+      >>> import jax
+      >>> k = noise_key(jax.random.key(0, impl="rbg"))
+      >>> str(jax.random.key_impl(k)), k.shape
+      ('threefry2x32', ())
+      >>> bool(noise_key(jax.random.PRNGKey(3)) == jax.random.key(3))  # raw threefry data
+      True
+    """
+    if hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(key)) == "threefry2x32":
+            return key
+        data = jax.random.key_data(key)
+    else:
+        data = jnp.asarray(key)
+        if data.dtype != jnp.uint32 or data.ndim != 1:
+            raise ValueError(
+                f"key: expected a PRNG key (jax.random.key) or raw uint32 key data, got "
+                f"{data.dtype} of shape {data.shape}"
+            )
+    if data.shape[-1] == 2 and data.ndim == 1:
+        return jax.random.wrap_key_data(data, impl="threefry2x32")
+    # Fold every word into one threefry key: the same words give the same key everywhere.
+    words = data.reshape(-1)
+    out = jax.random.wrap_key_data(words[:2], impl="threefry2x32")
+    for w in range(2, words.shape[0]):
+        out = jax.random.fold_in(out, words[w])
+    return out
 
 
 def check_params(params: Params) -> Params:
@@ -73,6 +129,23 @@ def check_params(params: Params) -> Params:
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
 
 
+def master_dtype(dtype) -> jnp.dtype:
+    """The dtype θ and every strategy state are kept in: at least float32.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> master_dtype(jnp.bfloat16), master_dtype(jnp.float32)
+      (dtype('float32'), dtype('float32'))
+    """
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def is_rounded(dtype) -> bool:
+    """Whether members of this dtype are coarser than their float32 master copy, so that the
+    displacement a member really had (``x_i - θ``) differs from the nominal ``σ ε``."""
+    return master_dtype(dtype) != jnp.dtype(dtype)
+
+
 def num_params(params: Params) -> int:
     """Total number of scalars in ``params``.
 
@@ -100,7 +173,7 @@ def unflatten_like(flat: jax.Array, params: Params) -> Params:
 
 
 def gaussian() -> NoiseSource:
-    """N(0, I) perturbations drawn from the key (one draw for all leaves together).
+    """N(0, I) perturbations drawn from the key (one threefry draw for all leaves together).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -124,40 +197,51 @@ def gaussian() -> NoiseSource:
 
 
 def noise_table(size: int = 2**24) -> NoiseSource:
-    """A shared table of ``size`` N(0, 1) float32 values; ``ε_j`` is one window of it.
+    """A shared table of ``size`` N(0, 1) float32 values; ``ε_j`` is read from windows of it.
 
-    The table is made at ``init`` from its key and lives in the strategy state (``size * 4``
-    bytes). It must hold at least one window, i.e. ``size >= num_params(params)``.
+    The table is drawn at ``init`` and lives in the strategy state (``size * 4`` bytes, 64 MiB
+    by default; checkpoints rebuild it from its key instead of storing it). A perturbation of
+    ``d`` coordinates is cut into blocks of ``min(d, size // 2)`` consecutive coordinates, and
+    each block is the window of the table at its own key-derived offset, so any ``d`` works.
+    Different members and different blocks read windows at independent offsets, so entries
+    are uncorrelated except when two windows start at the same offset: for a pair of blocks
+    that happens with probability ``1 / (size - block + 1)`` (about ``2 / size`` for big
+    models), and the two blocks are then equal. The table's own sample mean and variance
+    (off by about ``1/√size``) are shared by every window.
 
     Example:
       >>> import jax, jax.numpy as jnp
       >>> src = noise_table(1000)
       >>> table = src.init(jax.random.key(0), {"w": jnp.zeros(10)})
-      >>> table.shape
+      >>> table.values.shape
       (1000,)
     """
-    if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"noise_table_size: expected a positive int, got {size!r}")
+    size = check_int("noise_table_size", size, 2)
 
     def init(key, params):
-        dim = num_params(params)
-        if dim > size:
-            raise ValueError(
-                f"noise_table_size: the table ({size} floats) is smaller than one perturbation "
-                f"({dim} parameters); use noise_table_size >= {dim}"
-            )
-        return jax.random.normal(key, (size,), jnp.float32)
+        del params
+        # Elementwise only, so the table is bit-identical whether init runs eagerly or in jit.
+        return Table(jax.random.normal(key, (size,), jnp.float32))
 
     def sample(table, key, params):
         dim = num_params(params)
-        offset = jax.random.randint(key, (), 0, table.shape[0] - dim + 1)
-        return unflatten_like(jax.lax.dynamic_slice(table, (offset,), (dim,)), params)
+        block = min(dim, size // 2)
+        blocks = -(-dim // block)
+        offsets = jax.random.randint(key, (blocks,), 0, size - block + 1)
+        if blocks == 1:
+            flat = jax.lax.dynamic_slice(table.values, (offsets[0],), (block,))
+        else:
+            windows = jax.vmap(lambda o: jax.lax.dynamic_slice(table.values, (o,), (block,)))
+            flat = windows(offsets).reshape(-1)[:dim]
+        return unflatten_like(flat, params)
 
     return NoiseSource(init, sample, "table")
 
 
-def perturb(params: Params, sigma, eps: Params, sign) -> Params:
-    """``params + sign * sigma * eps`` leaf by leaf, computed in float32, cast back to each leaf.
+def perturb(params: Params, sigma, eps: Params, sign, dtypes: Params | None = None) -> Params:
+    """``params + sign * sigma * eps`` leaf by leaf, computed in float32 (the master dtype) and
+    rounded to ``dtypes`` (a pytree of arrays whose dtypes the members take; default: each
+    leaf's own dtype).
 
     ``sigma`` is a scalar or a pytree like ``params`` (per-coordinate σ).
 
@@ -168,13 +252,17 @@ def perturb(params: Params, sigma, eps: Params, sign) -> Params:
       [-0.5, 1.0]
       >>> perturb(params, {"w": jnp.array([1.0, 0.25])}, eps, 1.0)["w"].tolist()
       [1.0, -0.5]
+      >>> perturb(params, 0.5, eps, 1.0, {"w": jnp.zeros((), jnp.bfloat16)})["w"].dtype
+      dtype(bfloat16)
     """
     sigmas = broadcast_like(sigma, params)
+    dtypes = params if dtypes is None else dtypes
     return jax.tree.map(
-        lambda x, s, e: (x.astype(jnp.float32) + sign * (s * e)).astype(x.dtype),
+        lambda x, s, e, t: (x.astype(master_dtype(x.dtype)) + sign * (s * e)).astype(t.dtype),
         params,
         sigmas,
         eps,
+        dtypes,
     )
 
 
@@ -194,6 +282,22 @@ def broadcast_like(value, params: Params) -> Params:
     return jax.tree.map(lambda _: value, params)
 
 
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is ``<= limit`` (at least 1).
+
+    Example:
+      >>> largest_divisor_at_most(256, 100), largest_divisor_at_most(30, 7)
+      (64, 6)
+    """
+    limit = max(1, min(n, limit))
+    return max(k for k in range(1, limit + 1) if n % k == 0)
+
+
+def check_memory_budget(memory_budget) -> int | None:
+    """``None`` (the default budget) or a number of bytes >= 1."""
+    return None if memory_budget is None else check_int("memory_budget", memory_budget, 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Perturbations:
     """The static recipe mapping ``(noise_state, key, i)`` to member ``i``'s perturbation.
@@ -202,105 +306,203 @@ class Perturbations:
       source: the ``NoiseSource`` of base perturbations.
       population_size: ``P``.
       antithetic: pair members as ``(+ε, -ε)`` (``P`` must then be even).
-      batch_size: how many base perturbations ``sums`` rebuilds at once; ``None`` rebuilds all
-        of them in one ``vmap`` (fastest, ``P/2 × dim`` floats of memory).
+      batch_size: how many base perturbations ``moments`` rebuilds at once; ``None`` chooses
+        from ``memory_budget``.
+      memory_budget: bytes of members or rebuilt noise in flight at once; ``None`` is
+        ``DEFAULT_MEMORY_BUDGET`` (and at least one member, however big). An explicit budget
+        must hold at least one member.
     """
 
     source: NoiseSource
     population_size: int
     antithetic: bool = True
     batch_size: int | None = None
+    memory_budget: int | None = None
 
     @property
     def num_base(self) -> int:
         """How many independent ``ε_j`` one population uses."""
         return self.population_size // 2 if self.antithetic else self.population_size
 
+    def _fit(self, what: str, unit_bytes: int) -> int:
+        """How many units of ``unit_bytes`` the budget holds (an explicit budget: >= 1)."""
+        budget = DEFAULT_MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
+        count = budget // max(unit_bytes, 1)
+        if count < 1 and self.memory_budget is not None:
+            raise ValueError(
+                f"memory_budget: {self.memory_budget} bytes cannot hold one {what} "
+                f"({unit_bytes} bytes); use memory_budget >= {unit_bytes} or None"
+            )
+        return max(int(count), 1)
+
+    def eval_chunk(self, params: Params, dtypes: Params | None = None, members: int = 0) -> int:
+        """Members evaluated at once: the largest divisor of ``members`` (default ``P``) whose
+        members (in their dtype, plus their float32 noise) fit in the budget."""
+        dtypes = params if dtypes is None else dtypes
+        per_member = sum(
+            math.prod(jnp.shape(x)) * (4 + jnp.dtype(t.dtype).itemsize)
+            for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(dtypes), strict=True)
+        )
+        return largest_divisor_at_most(
+            members or self.population_size, self._fit("member", per_member)
+        )
+
+    def tell_chunk(self, params: Params, dtypes: Params | None, squares: bool) -> int:
+        """Base perturbations ``moments`` rebuilds at once."""
+        if self.batch_size is not None:
+            return min(self.batch_size, self.num_base)
+        dtypes = params if dtypes is None else dtypes
+        per_base = sum(
+            math.prod(jnp.shape(x)) * 4 * (1 + squares)
+            for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(dtypes), strict=True)
+        )
+        return min(self._fit("perturbation", per_base), self.num_base)
+
     def base(self, noise_state, key, j, like: Params) -> Params:
         """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
-        return self.source.sample(noise_state, jax.random.fold_in(key, j), like)
+        return self.source.sample(noise_state, jax.random.fold_in(noise_key(key), j), like)
 
-    def _members_of_base(self, noise_state, key, j, params, sigma) -> Params:
-        """The members built from ``ε_j``: leading axis 2 (antithetic) or 1."""
+    def _members_of_base(self, noise_state, key, j, params, sigma, dtypes) -> Params:
+        """The members built from ``ε_j``: leading axis 2 (antithetic) or 1.
+
+        ``member`` and ``population`` both build members here, with the sign as a runtime
+        multiplication: ``θ + s (σ ε)`` rounds the same whether or not XLA fuses the product
+        into a multiply-add, so a member built alone is bit-identical to its row.
+        """
         eps = self.base(noise_state, key, j, params)
         signs = jnp.array([1.0, -1.0] if self.antithetic else [1.0], jnp.float32)
-        return jax.vmap(lambda s: perturb(params, sigma, eps, s))(signs)
+        return jax.vmap(lambda s: perturb(params, sigma, eps, s, dtypes))(signs)
 
-    def member(self, noise_state, key, i, params: Params, sigma) -> Params:
+    def member(self, noise_state, key, i, params: Params, sigma, dtypes=None) -> Params:
         """Member ``i`` alone; bit-identical to row ``i`` of ``population``."""
         j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
-        group = self._members_of_base(noise_state, key, j, params, sigma)
+        group = self._members_of_base(noise_state, key, j, params, sigma, dtypes)
         return jax.tree.map(lambda g: g[slot], group)
 
-    def population(self, noise_state, key, params: Params, sigma) -> Params:
-        """All ``P`` members, interleaved ``+ε_0, -ε_0, +ε_1, ...`` when antithetic."""
-        groups = jax.vmap(lambda j: self._members_of_base(noise_state, key, j, params, sigma))(
-            jnp.arange(self.num_base)
-        )
+    def population(self, noise_state, key, params: Params, sigma, dtypes=None) -> Params:
+        """All ``P`` members, interleaved ``+ε_0, -ε_0, +ε_1, ...`` when antithetic (one draw
+        per pair)."""
+
+        def group(j):
+            return self._members_of_base(noise_state, key, j, params, sigma, dtypes)
+
+        groups = jax.vmap(group)(jnp.arange(self.num_base))
         return jax.tree.map(lambda g: g.reshape((self.population_size,) + g.shape[2:]), groups)
 
-    def sums(self, noise_state, key, like: Params, coeffs: jax.Array) -> Params:
-        """``Σ_i coeffs[k, i] s_i ε_{j(i)}`` for each row ``k``: float32 leaves shaped ``(K, ...)``.
-
-        Antithetic pairs are folded first (``(c_{2j} - c_{2j+1}) ε_j``), so a coefficient row
-        that is constant over the population sums to exactly zero.
-        """
-        return self.sums_and_squares(noise_state, key, like, coeffs, None)[0]
-
-    def sums_and_squares(
-        self, noise_state, key, like: Params, coeffs: jax.Array, square_coeffs: jax.Array | None
+    def moments(
+        self,
+        noise_state,
+        key,
+        params: Params,
+        sigma,
+        coeffs: jax.Array,
+        square_coeffs: jax.Array | None = None,
+        dtypes: Params | None = None,
     ) -> tuple[Params, Params | None]:
-        """``sums`` and, from the same regenerated noise, ``Σ_i square_coeffs[k, i] ε_{j(i)}²``.
+        """``Σ_i coeffs[k, i] δ_i`` and ``Σ_i square_coeffs[k, i] δ_i²`` for each row ``k``, with
+        ``δ_i`` the displacement member ``i`` had: master-dtype leaves shaped ``(K, ...)``.
 
-        Strategies that adapt a per-coordinate σ need the weighted second moments; a pair's
-        members share ``ε_j²``, so their square coefficients are added (not subtracted).
-        ``square_coeffs=None`` skips the squares (the second result is then ``None``).
+        For float32 members ``δ_i = s_i σ ε_{j(i)}``; pairs are folded first
+        (``(c_{2j} - c_{2j+1}) ε_j``), so a constant coefficient row sums to exactly zero.
+        Members rounded to a narrower dtype (bfloat16) had ``δ_i = x_i - θ``, computed in
+        float32 from the rebuilt member, so the sums describe what was evaluated. The noise is
+        rebuilt ``tell_chunk`` bases at a time.
         """
-        coeffs = self._fold(jnp.asarray(coeffs, jnp.float32), sign=-1.0)
-        rows = [coeffs]
+        dtypes = params if dtypes is None else dtypes
+        rows = [self._check(coeffs)]
         if square_coeffs is not None:
-            rows.append(self._fold(jnp.asarray(square_coeffs, jnp.float32), sign=1.0))
+            rows.append(self._check(square_coeffs))
+        plus = [c[:, 0::2] if self.antithetic else c for c in rows]
+        minus = [c[:, 1::2] if self.antithetic else None for c in rows]
+        folded = [
+            p if m is None else p + sign * m
+            for p, m, sign in zip(plus, minus, (-1.0, 1.0), strict=False)
+        ]
+        leaves, treedef = jax.tree.flatten(params)
+        sig = treedef.flatten_up_to(broadcast_like(sigma, params))
+        rounded = [is_rounded(t.dtype) for t in jax.tree.leaves(dtypes)]
+        out_dtypes = [t.dtype for t in jax.tree.leaves(dtypes)]
         n = self.num_base
-        batch = n if self.batch_size is None else min(self.batch_size, n)
+        batch = self.tell_chunk(params, dtypes, square_coeffs is not None)
         n_chunks = -(-n // batch)
         padded = n_chunks * batch
-        # Padding indices carry zero coefficients, so their noise never counts.
-        rows = [jnp.pad(c, ((0, 0), (0, padded - n))) for c in rows]
+
+        # Padding bases carry zero coefficients, so their noise never counts.
+        def pad(c):
+            return None if c is None else jnp.pad(c, ((0, 0), (0, padded - n)))
+
+        plus, minus, folded = ([pad(c) for c in cs] for cs in (plus, minus, folded))
 
         def weighted(c, e):
-            return jnp.tensordot(c, e, axes=(1, 0), precision=jax.lax.Precision.HIGHEST)
+            return jnp.tensordot(c, e, axes=(1, 0), precision=_HIGHEST)
 
-        def chunk_sum(start):
+        def chunk_sums(start):
+            def take(c):
+                return None if c is None else jax.lax.dynamic_slice_in_dim(c, start, batch, 1)
+
+            cp, cm, cf = ([take(c) for c in cs] for cs in (plus, minus, folded))
             idx = start + jnp.arange(batch)
-            eps = jax.vmap(lambda j: self.base(noise_state, key, j, like))(idx)
-            parts = [jax.lax.dynamic_slice_in_dim(c, start, batch, axis=1) for c in rows]
-            out = [jax.tree.map(lambda e, c=parts[0]: weighted(c, e), eps)]
-            if len(parts) > 1:
-                out.append(jax.tree.map(lambda e, c=parts[1]: weighted(c, jnp.square(e)), eps))
+            eps = jax.vmap(lambda j: treedef.flatten_up_to(self.base(noise_state, key, j, params)))(
+                idx
+            )
+            out = []
+            for x, s, e, r, t in zip(leaves, sig, eps, rounded, out_dtypes, strict=True):
+                if not r:
+                    sums = [weighted(cf[0], e)]
+                    if len(cf) > 1:
+                        sums.append(weighted(cf[1], jnp.square(e)))
+                    out.append(sums)
+                    continue
+                theta = x.astype(jnp.float32)
+
+                def realised(sign, x=theta, s=s, e=e, t=t):
+                    member = x + jnp.float32(sign) * (s * e)
+                    return member.astype(t).astype(jnp.float32) - x
+
+                # Σ_b c[k, b] δ_b written as a fused multiply-reduce (no dot), so XLA builds the
+                # rounded members inside the reduction instead of storing them.
+                def fused(c, d):
+                    return jnp.sum(c.reshape(c.shape + (1,) * (d.ndim - 1)) * d[None], axis=1)
+
+                d_plus = realised(1.0)
+                first = fused(cp[0], d_plus)
+                second = fused(cp[1], jnp.square(d_plus)) if len(cp) > 1 else None
+                if self.antithetic:
+                    d_minus = realised(-1.0)
+                    first = first + fused(cm[0], d_minus)
+                    if second is not None:
+                        second = second + fused(cm[1], jnp.square(d_minus))
+                sums = [first] if second is None else [first, second]
+                out.append(sums)
             return out
 
         if n_chunks == 1:
-            total = chunk_sum(0)
+            total = chunk_sums(0)
         else:
+            zeros = [
+                [jnp.zeros((c.shape[0],) + jnp.shape(x), jnp.float32) for c in folded]
+                for x in leaves
+            ]
 
             def body(acc, start):
-                return jax.tree.map(jnp.add, acc, chunk_sum(start)), None
+                return jax.tree.map(jnp.add, acc, chunk_sums(start)), None
 
-            zeros = [
-                jax.tree.map(
-                    lambda x, k=c.shape[0]: jnp.zeros((k,) + jnp.shape(x), jnp.float32), like
-                )
-                for c in rows
-            ]
             total, _ = jax.lax.scan(body, zeros, jnp.arange(n_chunks) * batch)
-        return total[0], (total[1] if len(total) > 1 else None)
+        # Nominal leaves summed ε; scale by σ (and σ² for squares) once, at the end.
+        firsts, squares = [], []
+        for parts, s, r, x in zip(total, sig, rounded, leaves, strict=True):
+            mdt = master_dtype(x.dtype)
+            scale = jnp.asarray(1.0 if r else s, jnp.float32)
+            firsts.append((parts[0] * scale).astype(mdt))
+            if len(parts) > 1:
+                squares.append((parts[1] * (scale if r else jnp.square(scale))).astype(mdt))
+        first_tree = treedef.unflatten(firsts)
+        return first_tree, (treedef.unflatten(squares) if squares else None)
 
-    def _fold(self, coeffs: jax.Array, sign: float) -> jax.Array:
-        """Per-member coefficients ``(K, P)`` to per-base ones ``(K, num_base)``."""
+    def _check(self, coeffs) -> jax.Array:
+        coeffs = jnp.asarray(coeffs, jnp.float32)
         if coeffs.ndim != 2 or coeffs.shape[1] != self.population_size:
             raise ValueError(
                 f"coeffs: expected shape (K, {self.population_size}), got {coeffs.shape}"
             )
-        if self.antithetic:
-            return coeffs[:, 0::2] + sign * coeffs[:, 1::2]
         return coeffs

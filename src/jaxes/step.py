@@ -2,8 +2,10 @@
 
 The same function runs on one device and, given an ``axis_name``, as one device's share of a
 population split over ``num_shards`` devices (``jaxes.parallel`` wraps it in ``shard_map``;
-users may ``jax.pmap`` it). Split, each device builds and evaluates only its own members and
-the fitness values are gathered, so every device runs the same ``tell``.
+users may ``jax.pmap`` it). Each device builds and evaluates only its own members, a chunk at a
+time under the strategy's memory budget (``jaxes.evaluation``), so the population is never in
+memory whole; the fitness values (and the task's per-member statistics) are gathered, so every
+device runs the same ``tell`` and the same task ``update``.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
+from jaxes import evaluation
 from jaxes.types import Strategy, Task
 
 
@@ -30,7 +32,7 @@ def scalar_metrics(info) -> dict:
 
     Example:
       >>> import collections, jax.numpy as jnp
-      >>> Info = collections.namedtuple("Info", "fitness_mean best_params sigma")
+      >>> Info = collections.namedtuple("Info", "fitness_mean params sigma")
       >>> metrics = scalar_metrics(Info(jnp.array(1.5), jnp.zeros(3), jnp.array(0.1)))
       >>> sorted(metrics), float(metrics["fitness_mean"])
       (['fitness_mean', 'sigma'], 1.5)
@@ -45,8 +47,7 @@ def generation_step(
 
     Args:
       strategy: the strategy.
-      task: the fitness source; with ``axis_name`` its ``evaluate`` must accept
-        ``axis_name=`` (to merge its statistics across devices).
+      task: the fitness source.
       axis_name: the mapped axis the population is split over, or ``None`` on one device.
       num_shards: devices along ``axis_name``; must divide the population size.
 
@@ -68,19 +69,17 @@ def generation_step(
 
     def step(ts: TrainState):
         key, ask_key, eval_key = jax.random.split(ts.key, 3)
-        population, strategy_state = strategy.ask(ask_key, ts.strategy_state)
-        if axis_name is None:
-            fitness, task_state, rollout = task.evaluate(eval_key, population, ts.task_state)
-        else:
-            # This device's members only; the full population above is dead code for XLA.
-            first = jax.lax.axis_index(axis_name) * per_shard
-            mine = jax.vmap(lambda i: strategy.member(strategy_state, i))(
-                first + jnp.arange(per_shard)
-            )
-            local, task_state, rollout = task.evaluate(
-                eval_key, mine, ts.task_state, axis_name=axis_name
-            )
-            fitness = jax.lax.all_gather(local, axis_name, tiled=True)
+        # Only members rebuilt in chunks are evaluated: ask's population is dead code for XLA.
+        _, strategy_state = strategy.ask(ask_key, ts.strategy_state)
+        first = 0 if axis_name is None else jax.lax.axis_index(axis_name) * per_shard
+        fitness, stats, rollout = evaluation.evaluate_task(
+            strategy, strategy_state, task, eval_key, ts.task_state, first, per_shard
+        )
+        if axis_name is not None:
+            fitness = jax.lax.all_gather(fitness, axis_name, tiled=True)
+            stats = jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, tiled=True), stats)
+            rollout = jax.lax.psum(rollout, axis_name)
+        task_state = ts.task_state if task.update is None else task.update(ts.task_state, stats)
         strategy_state, info = strategy.tell(strategy_state, fitness)
         metrics = scalar_metrics(info)
         metrics.update(rollout._asdict())

@@ -26,6 +26,7 @@ from jaxes.checkpoint import is_key, rewrap_keys, unwrap_keys
 from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
 from jaxes.step import TrainState, generation_step
 from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
+from jaxes.strategies.common import centre
 from jaxes.tasks import brax as brax_tasks
 from jaxes.types import Strategy, Task
 
@@ -195,8 +196,10 @@ def _eval_key(seed: int, generation: int) -> jax.Array:
 def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
     """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``.
 
-    With a ``mesh`` the population of every generation is split over its devices
-    (``parallel.sharded_step``) and the state must be replicated on it (``place``).
+    The train state is donated: its buffers become the new state's, so a big model is held
+    once, and the state passed in must not be used again. With a ``mesh`` the population of
+    every generation is split over its devices (``parallel.sharded_step``) and the state must
+    be replicated on it (``place``).
 
     Example (any ``Task`` works; a function task compiles in seconds, a Brax one takes longer):
       >>> import jax, jaxes
@@ -215,10 +218,10 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
         return ts, metrics, task.evaluate_policy(eval_key, centre, ts.task_state)
 
     if mesh is None:
-        return jax.jit(block)
+        return jax.jit(block, donate_argnums=0)
     # Replicated outputs: every process reads its own copy, and the next block sees the same
     # shardings (no retrace).
-    return jax.jit(block, out_shardings=replicated(mesh))
+    return jax.jit(block, out_shardings=replicated(mesh), donate_argnums=0)
 
 
 def place(state: TrainState, mesh) -> TrainState:
@@ -256,7 +259,7 @@ def to_host(tree):
 
 
 def centre_params(strategy_state) -> Any:
-    """The strategy's current centre (what is evaluated without noise).
+    """The strategy's current centre (what is evaluated without noise), in the params' dtypes.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxes
@@ -264,7 +267,7 @@ def centre_params(strategy_state) -> Any:
       >>> centre_params(state).tolist()
       [0.0, 0.0]
     """
-    return strategy_state.params
+    return centre(strategy_state)
 
 
 class RunDirError(ValueError):

@@ -35,6 +35,10 @@ class Strategy(NamedTuple):
         strategy hands its optimizer (a pytree like ``params``), before any optimizer state is
         touched. ``tell`` is ``estimate`` followed by the update. Fitness is maximised.
       population_size: the static population size ``P``.
+      best_params: ``best_params(state) -> params``, the best member seen so far, rebuilt
+        from its recipe (``None`` for a strategy that does not track it).
+      eval_chunk: ``eval_chunk(state, members) -> int``, how many of ``members`` members to
+        evaluate at once under the strategy's memory budget (a static int; ``None``: all).
     """
 
     init: Callable[[PRNGKey, Params], State]
@@ -43,21 +47,33 @@ class Strategy(NamedTuple):
     member: Callable[[State, Any], Params]
     estimate: Callable[[State, Fitness], tuple[Params, Any]]
     population_size: int
+    best_params: Callable[[State], Params] | None = None
+    eval_chunk: Callable[[State, int], int] | None = None
 
 
 class Task(NamedTuple):
     """A fitness source as pure functions, in the same style as ``Strategy``.
 
+    Evaluation is split in two so that any batch of members can be evaluated apart, in chunks
+    on one device or spread over devices, and give the same result: ``evaluate`` sees some
+    members and the task state as it was at the start of the generation; ``update`` then sees
+    what every member of the population reported, in member order.
+
     Attributes:
       init: ``init(key) -> task_state`` (e.g. observation statistics; ``None`` if stateless).
-      evaluate: ``evaluate(key, population, task_state) -> (fitness, task_state, info)``;
-        fitness has shape ``(P,)`` and is maximised.
+      evaluate: ``evaluate(key, members, task_state) -> (fitness, member_stats, info)`` for a
+        batch of ``B`` members (leading axis ``B``): fitness ``(B,)``, maximised;
+        ``member_stats`` a pytree whose leaves have leading axis ``B`` (or ``None``); ``info``
+        a pytree of counts, summed over batches and devices.
       evaluate_policy: ``evaluate_policy(key, params, task_state) -> returns``: the noise-free
         score of one parameter set (the centre), over the task's evaluation episodes.
       init_params: ``init_params(key) -> params``, a starting point for the search.
+      update: ``update(task_state, member_stats) -> task_state`` with every member's stats
+        (leading axis ``P``); ``None``: the task state never changes.
     """
 
     init: Callable[[PRNGKey], Any]
     evaluate: Callable[[PRNGKey, Population, Any], tuple[Fitness, Any, Any]]
     evaluate_policy: Callable[[PRNGKey, Params, Any], jax.Array]
     init_params: Callable[[PRNGKey], Params]
+    update: Callable[[Any, Any], Any] | None = None

@@ -33,21 +33,25 @@ class ARSState(NamedTuple):
     """Everything that changes between generations.
 
     Attributes:
-      params: θ.
+      params: θ (float32 master copy).
+      dtypes: one scalar per leaf in the dtype members are built in.
       opt_state: the optax state (plain SGD by default, as in the paper).
       key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have happened.
+      generation: how many ``tell`` calls have updated the state.
       noise_state: the noise table (``None`` for Gaussian noise).
-      best_params, best_fitness: the best member seen so far.
+      pending, fitness, best_fitness, best: as in ``OpenESState``.
     """
 
     params: Params
+    dtypes: Params
     opt_state: optax.OptState
     key: jax.Array
     generation: jax.Array
     noise_state: noise_lib.NoiseState
-    best_params: Params
+    pending: jax.Array
+    fitness: jax.Array
     best_fitness: jax.Array
+    best: common.BestMember
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
@@ -76,25 +80,30 @@ def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array
 
 def ars(
     population_size: int,
-    sigma: float = 0.02,
-    learning_rate: float = 0.02,
+    sigma=0.02,
+    learning_rate=0.02,
     top_k: int | None = None,
     *,
     optimizer: optax.GradientTransformation | None = None,
-    noise: str = "gaussian",
+    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
+    noise: str = "table",
     noise_table_size: int = 2**24,
     noise_batch_size: int | None = None,
+    memory_budget: int | None = None,
+    track_best: bool = True,
 ) -> Strategy:
     """ARS: the best ``b`` of ``P/2`` antithetic directions, reward-scaled by ``1/σ_R``.
 
     Args:
       population_size: ``P`` = 2 × the number of directions ``N`` (even).
-      sigma: the exploration noise ``ν`` (> 0).
+      sigma: the exploration noise ``ν``, a constant > 0 or an optax schedule of the
+        generation (floored at ``sigma_floor``).
       learning_rate: the step size ``α`` (> 0), used when ``optimizer`` is None.
       top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
         (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
       optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
-      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+      sigma_floor, noise, noise_table_size, noise_batch_size, memory_budget, track_best: as
+        for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -106,28 +115,44 @@ def ars(
       True
     """
     p = common.check_population_size(population_size, antithetic=True)
-    nu = common.check_positive("sigma", sigma)
+    nu_at = common.sigma_schedule(sigma, sigma_floor)
     # ARS keeps b of the P/2 directions.
     b = p // 2 if top_k is None else check_int("top_k", top_k, 1, p // 2)
     optimizer = common.check_optimizer(
         optimizer, lambda: optax.sgd(common.check_positive("learning_rate", learning_rate))
     )
-    perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
+    perturbations = common.make_perturbations(
+        noise, noise_table_size, p, True, noise_batch_size, memory_budget
+    )
 
     def init(key: jax.Array, params: Params) -> ARSState:
-        fields = common.common_fields(perturbations, key, params)
+        fields = common.common_fields(perturbations, key, params, nu_at(0), track_best)
         return ARSState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def ask(key: jax.Array, state: ARSState):
-        state = state._replace(key=key)
-        return perturbations.population(state.noise_state, key, state.params, nu), state
+        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
+        population = perturbations.population(
+            state.noise_state, state.key, state.params, nu_at(state.generation), state.dtypes
+        )
+        return population, state
 
     def member(state: ARSState, i) -> Params:
-        return perturbations.member(state.noise_state, state.key, i, state.params, nu)
+        common.check_state(state, ARSState, "ars", p)
+        return common.build_member(
+            perturbations,
+            state.noise_state,
+            state.key,
+            i,
+            state.params,
+            nu_at(state.generation),
+            state.dtypes,
+        )
 
     def estimate(state: ARSState, fitness):
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
+        common.check_state(state, ARSState, "ars", p)
         fitness = common.check_fitness(fitness, p)
+        nu = nu_at(state.generation)
         weights, reward_std = top_directions(fitness, b)
         mass = centroid.masses(weights)
         moments = common.population_moments(perturbations, state, mass, nu)
@@ -137,15 +162,13 @@ def ars(
             centroid.centre_of_mass(moments),
             centroid.plain_centroid(moments),
         )
-        return direction, common.EstimateStats(weights, mass, moments, jnp.float32(nu))
+        return direction, common.EstimateStats(weights, mass, moments, nu)
 
     def tell(state: ARSState, fitness):
         direction, stats = estimate(state, fitness)
         params, opt_state = common.optimizer_step(optimizer, state, direction)
         return common.finish_tell(
-            state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
+            state, fitness, params, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
-    return Strategy(
-        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
-    )
+    return common.make_strategy(perturbations, init, ask, tell, member, estimate)

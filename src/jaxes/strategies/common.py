@@ -15,40 +15,59 @@ import optax
 from jaxes import centroid
 from jaxes import noise as noise_lib
 from jaxes.checks import check_int, check_positive
+from jaxes.types import Strategy
 
 Schedule = Callable[[jax.Array], jax.Array]
 
 
+DEFAULT_SIGMA_FLOOR = 1e-8
+
+
 def check_population_size(population_size, antithetic: bool) -> int:
-    """``P`` must be an int >= 2, and even with antithetic pairs."""
-    if (
-        not isinstance(population_size, numbers.Integral)
-        or isinstance(population_size, bool)
-        or population_size < 2
-    ):
-        raise ValueError(f"population_size: expected an int >= 2, got {population_size!r}")
-    if antithetic and population_size % 2:
+    """``P`` must be a static int >= 2, and even with antithetic pairs (a pair is ``±ε``;
+    strategies that sample independent members, such as snes and sep_cma_es by default,
+    take any ``P >= 2``)."""
+    p = check_int("population_size", population_size, 2)
+    if antithetic and p % 2:
         raise ValueError(
-            f"population_size: antithetic pairs need an even population, got {population_size}; "
-            f"use {population_size - 1} or {population_size + 1}, or antithetic=False"
+            f"population_size: antithetic pairs need an even population, got {p}; "
+            f"use {p - 1} or {p + 1}, or antithetic=False"
         )
-    return int(population_size)
+    return p
 
 
-def sigma_schedule(sigma, sigma_floor: float = 0.0) -> Schedule:
-    """σ as a function of the generation: a constant > 0 or an optax schedule, floored.
+def sigma_schedule(sigma, sigma_floor=DEFAULT_SIGMA_FLOOR) -> Schedule:
+    """σ as a function of the generation: a constant > 0 (possibly a traced scalar) or an
+    optax schedule, never below ``sigma_floor`` (> 0, so a schedule that reaches 0, or
+    returns NaN, gives the floor instead of NaN parameters).
 
     Example:
       >>> import optax
       >>> s = sigma_schedule(optax.exponential_decay(0.1, 1, 0.5), sigma_floor=0.02)
       >>> [round(float(s(t)), 3) for t in (0, 1, 5)]
       [0.1, 0.05, 0.02]
+      >>> round(float(sigma_schedule(optax.linear_schedule(0.1, 0.0, 10))(20)), 12)  # floor
+      1e-08
     """
-    floor = check_positive("sigma_floor", sigma_floor, allow_zero=True)
+    floor = check_positive("sigma_floor", sigma_floor)
+
+    def floored(value):
+        value = jnp.asarray(value, jnp.float32)
+        return jnp.where(value > floor, value, jnp.float32(floor))
+
     if callable(sigma):
-        return lambda generation: jnp.maximum(jnp.asarray(sigma(generation), jnp.float32), floor)
-    value = max(check_positive("sigma", sigma), floor)
-    return lambda generation: jnp.float32(value)
+        return lambda generation: floored(sigma(generation))
+    value = check_positive("sigma", sigma)
+    return lambda generation: floored(value)
+
+
+def check_fixed_sigma(sigma, strategy: str) -> None:
+    """Strategies that adapt σ themselves cannot also follow a schedule."""
+    if callable(sigma):
+        raise ValueError(
+            f"sigma: {strategy} adapts σ itself, so σ cannot be a schedule; pass its initial "
+            "value (a number > 0, or a pytree of them)"
+        )
 
 
 def check_batch_size(batch_size) -> int | None:
@@ -56,17 +75,22 @@ def check_batch_size(batch_size) -> int | None:
     return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
 
 
-NOISE_SOURCES = ("gaussian", "table")
+NOISE_SOURCES = ("table", "gaussian")
 
 
 def make_perturbations(
-    noise: str, noise_table_size: int, population_size: int, antithetic: bool, batch_size
+    noise: str,
+    noise_table_size: int,
+    population_size: int,
+    antithetic: bool,
+    batch_size,
+    memory_budget=None,
 ) -> noise_lib.Perturbations:
     """Builds the static perturbation recipe from a strategy's settings."""
-    if noise == "gaussian":
-        source = noise_lib.gaussian()
-    elif noise == "table":
+    if noise == "table":
         source = noise_lib.noise_table(noise_table_size)
+    elif noise == "gaussian":
+        source = noise_lib.gaussian()
     else:
         raise ValueError(f"noise: unknown source {noise!r}; allowed: {list(NOISE_SOURCES)}")
     return noise_lib.Perturbations(
@@ -74,11 +98,34 @@ def make_perturbations(
         population_size=population_size,
         antithetic=bool(antithetic),
         batch_size=check_batch_size(batch_size),
+        memory_budget=noise_lib.check_memory_budget(memory_budget),
     )
+
+
+def check_state(state, state_type: type, strategy: str, population_size: int) -> None:
+    """``tell``/``member`` get a state of their own strategy, built for their ``P``."""
+    if not isinstance(state, state_type):
+        raise ValueError(
+            f"state: expected a {state_type.__name__} (from {strategy}(...).init), got "
+            f"{type(state).__name__}"
+        )
+    if jnp.shape(state.fitness) != (population_size,):
+        raise ValueError(
+            f"state: built for population_size {jnp.shape(state.fitness)[-1]}, but this "
+            f"{strategy} has population_size {population_size}"
+        )
 
 
 def check_fitness(fitness, population_size: int) -> jax.Array:
     """Fitness must be a floating array of shape ``(P,)``; checked at trace time."""
+    if not isinstance(fitness, jax.Array | np.ndarray):
+        try:
+            fitness = jnp.asarray(fitness, jnp.float32)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"fitness: expected an array of shape ({population_size},), got "
+                f"{type(fitness).__name__} ({err})"
+            ) from None
     shape = jnp.shape(fitness)
     if shape != (population_size,):
         raise ValueError(
@@ -111,28 +158,42 @@ def population_moments(
     regenerated noise.
 
     One pass over the noise gives ``Σ m_i δ_i`` and ``Σ δ_i`` (and, with ``squares``,
-    ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i = σ ⊙ s_i ε_{j(i)}``; ``sigma`` is a scalar
-    or a pytree like the params. ``state`` is any strategy state with ``params``, ``key`` and
-    ``noise_state``.
+    ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i`` is the displacement member ``i`` had
+    (``σ ⊙ s_i ε_{j(i)}``, or ``x_i - θ`` for members rounded to a narrower dtype); ``sigma`` is
+    the scale members were built with, a scalar or a pytree like the params. With antithetic
+    float32 pairs ``Σ δ_i`` is exactly zero and is not rebuilt.
     """
     like = state.params
-    rows = jnp.stack([mass, jnp.ones_like(mass)])
-    sums, square_sums = perturbations.sums_and_squares(
-        state.noise_state, state.key, like, rows, rows if squares else None
+    rounded = any(noise_lib.is_rounded(t.dtype) for t in jax.tree.leaves(state.dtypes))
+    plain = rounded or not perturbations.antithetic
+    both = jnp.stack([mass, jnp.ones_like(mass)])
+    sums, square_sums = perturbations.moments(
+        state.noise_state,
+        state.key,
+        like,
+        sigma,
+        both if plain else mass[None],
+        both if squares else None,
+        state.dtypes,
     )
-    sig = noise_lib.broadcast_like(sigma, like)
-    scaled = [jax.tree.map(lambda s, g, k=k: g * s[k], sums, sig) for k in (0, 1)]
-    if squares:
-        sq = [jax.tree.map(lambda s, g, k=k: g * g * s[k], square_sums, sig) for k in (0, 1)]
-    else:
-        sq = [None, None]
+
+    def row(tree, k):
+        if tree is None:
+            return None
+        if k < tree_rows(tree):
+            return jax.tree.map(lambda g: g[k], tree)
+        return jax.tree.map(lambda g: jnp.zeros_like(g[0]), tree)
+
+    def tree_rows(tree):
+        return jax.tree.leaves(tree)[0].shape[0]
+
     return centroid.PopulationMoments(
         total_mass=jnp.sum(mass),
         count=perturbations.population_size,
-        mass_moment=scaled[0],
-        displacement_sum=scaled[1],
-        mass_square_moment=sq[0],
-        square_sum=sq[1],
+        mass_moment=row(sums, 0),
+        displacement_sum=row(sums, 1),
+        mass_square_moment=row(square_sums, 0),
+        square_sum=row(square_sums, 1),
     )
 
 
@@ -156,13 +217,19 @@ class EstimateStats(NamedTuple):
 class StrategyInfo(NamedTuple):
     """Per-generation diagnostics every strategy reports (fitness maximised; statistics over
     finite members), so logs and ``metrics.jsonl`` have the same columns for every strategy.
+    Every field is a scalar: a ``lax.scan`` over generations stacks no parameter-sized array.
 
     Attributes:
       fitness_mean, fitness_max, fitness_min: over this generation's finite fitness values.
-      best_fitness, best_params: the best member seen so far.
+      best_fitness: the best member's fitness seen so far (``strategy.best_params(state)``
+        rebuilds it).
+      num_finite: how many of this generation's fitness values were finite.
+      applied: whether the update was applied. False when the fitness carried no ranking
+        (fewer than two distinct finite values: all equal, or all NaN), which leaves every
+        strategy's search state as it was, and when ``tell`` had no pending ``ask``.
       update_norm: ``‖θ' - θ‖``.
       com_displacement_norm: ``‖M - θ‖`` (reward-weighted centre of mass from the model).
-      centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with antithetic pairs).
+      centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with float32 antithetic pairs).
       total_mass: ``Σ m_i``.
       sigma: the mean perturbation scale over coordinates.
     """
@@ -171,7 +238,8 @@ class StrategyInfo(NamedTuple):
     fitness_max: jax.Array
     fitness_min: jax.Array
     best_fitness: jax.Array
-    best_params: object
+    num_finite: jax.Array
+    applied: jax.Array
     update_norm: jax.Array
     com_displacement_norm: jax.Array
     centroid_offset_norm: jax.Array
@@ -179,20 +247,121 @@ class StrategyInfo(NamedTuple):
     sigma: jax.Array
 
 
-def track_best(best_fitness, best_params, fitness, member: Callable[[jax.Array], object]):
-    """The best (fitness, params) so far, given this generation's fitness and a way to rebuild
-    member ``i`` (non-finite fitness never counts as best)."""
-    ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-    best_i = jnp.argmax(ranked)
-    improved = ranked[best_i] > best_fitness
-    new_fitness = jnp.where(improved, ranked[best_i], best_fitness).astype(jnp.float32)
-    new_params = jax.tree.map(
-        lambda new, old: jnp.where(improved, new, old), member(best_i), best_params
+class BestMember(NamedTuple):
+    """How to rebuild the best member seen so far, without storing it.
+
+    Attributes:
+      key: the ``ask`` key of its population.
+      index: its index in that population.
+      centre: θ of that population (``None`` with ``track_best=False``).
+      scale: the perturbation scale of that population (``None`` with ``track_best=False``).
+    """
+
+    key: jax.Array
+    index: jax.Array
+    centre: object
+    scale: object
+
+
+def common_fields(
+    perturbations: noise_lib.Perturbations, key: jax.Array, params, scale, track_best: bool
+) -> dict:
+    """The state fields every strategy starts with.
+
+    ``params`` becomes the float32 master copy (``dtypes`` keeps one scalar per leaf in the
+    dtype its members are built in); ``key`` is a threefry key (``noise.noise_key``) for the
+    first ``ask``; ``pending`` says whether an ``ask`` awaits its ``tell``; ``fitness`` is the
+    last fitness told (NaN before any); the best-so-far is a recipe (``BestMember``) whose
+    θ and scale are zeros until the first ``tell`` (fresh buffers, so the state can be
+    donated). Float32 params are not copied: the state holds the caller's arrays.
+    """
+    params = noise_lib.check_params(params)
+    dtypes = jax.tree.map(lambda x: jnp.zeros((), x.dtype), params)
+    master = jax.tree.map(lambda x: x.astype(noise_lib.master_dtype(x.dtype)), params)
+    table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
+    p = perturbations.population_size
+    return {
+        "params": master,
+        "dtypes": dtypes,
+        "key": ask_key,
+        "generation": jnp.zeros((), jnp.int32),
+        "noise_state": perturbations.source.init(table_key, master),
+        "pending": jnp.zeros((), bool),
+        "fitness": jnp.full((p,), jnp.nan, jnp.float32),
+        "best_fitness": jnp.full((), -jnp.inf, jnp.float32),
+        "best": BestMember(
+            key=ask_key,
+            index=jnp.zeros((), jnp.int32),
+            centre=jax.tree.map(jnp.zeros_like, master) if track_best else None,
+            scale=jax.tree.map(jnp.zeros_like, scale) if track_best else None,
+        ),
+    }
+
+
+def centre(state):
+    """θ in the dtypes the params were given in (the master copy is float32).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> state = jaxes.open_es(4).init(jax.random.key(0), jnp.ones(2, jnp.bfloat16))
+      >>> state.params.dtype, centre(state).dtype
+      (dtype('float32'), dtype(bfloat16))
+    """
+    return jax.tree.map(lambda x, t: x.astype(t.dtype), state.params, state.dtypes)
+
+
+def check_member_index(i, population_size: int):
+    """A concrete index must lie in ``[0, P)``; a traced one is checked by ``member``."""
+    if isinstance(i, numbers.Integral) or (
+        isinstance(i, np.ndarray | np.generic | jax.Array)
+        and not isinstance(i, jax.core.Tracer)
+        and np.ndim(i) == 0
+    ):
+        value = int(i)
+        if not 0 <= value < population_size:
+            raise ValueError(f"i: expected a member index in [0, {population_size}), got {value}")
+        return jnp.int32(value)
+    if isinstance(i, jax.core.Tracer) and not jnp.issubdtype(i.dtype, jnp.integer):
+        raise ValueError(f"i: expected an integer index, got dtype {i.dtype}")
+    if not isinstance(i, jax.core.Tracer):
+        raise ValueError(f"i: expected an integer index, got {i!r}")
+    return i
+
+
+def build_member(perturbations, noise_state, key, i, params, scale, dtypes):
+    """Member ``i``; an index outside ``[0, P)`` (traced) gives a NaN member, which every
+    fitness shaping ranks worst, instead of a member no ``tell`` would rebuild."""
+    i = check_member_index(i, perturbations.population_size)
+    p = perturbations.population_size
+    inside = (i >= 0) & (i < p)
+    member = perturbations.member(noise_state, key, jnp.clip(i, 0, p - 1), params, scale, dtypes)
+    if isinstance(i, jax.core.Tracer):
+        member = jax.tree.map(lambda x: jnp.where(inside, x, jnp.nan).astype(x.dtype), member)
+    return member
+
+
+def best_params(perturbations, state):
+    """The best member seen so far, rebuilt from its recipe (in the params' dtypes)."""
+    best = state.best
+    if best.centre is None:
+        raise ValueError(
+            "best_params: this strategy was built with track_best=False, so it keeps only the "
+            "best fitness; build it with track_best=True to rebuild the best member"
+        )
+    return perturbations.member(
+        state.noise_state, best.key, best.index, best.centre, best.scale, state.dtypes
     )
-    return new_fitness, new_params
 
 
-def strategy_info(fitness, best_fitness, best_params, old_params, new_params, moments, sigma):
+def informative(fitness: jax.Array) -> jax.Array:
+    """At least two distinct finite fitness values: the only case a ranking says anything."""
+    finite = jnp.isfinite(fitness)
+    high = jnp.max(jnp.where(finite, fitness, -jnp.inf))
+    low = jnp.min(jnp.where(finite, fitness, jnp.inf))
+    return high > low
+
+
+def strategy_info(fitness, best_fitness, applied, old_params, new_params, moments, sigma):
     """``StrategyInfo`` for one ``tell``."""
     f_mean, f_max, f_min = finite_stats(fitness)
     sig_leaves = jax.tree.leaves(sigma)
@@ -202,7 +371,8 @@ def strategy_info(fitness, best_fitness, best_params, old_params, new_params, mo
         fitness_max=f_max,
         fitness_min=f_min,
         best_fitness=best_fitness,
-        best_params=best_params,
+        num_finite=jnp.sum(jnp.isfinite(fitness)).astype(jnp.int32),
+        applied=applied,
         update_norm=centroid.tree_norm(jax.tree.map(jnp.subtract, new_params, old_params)),
         com_displacement_norm=centroid.tree_norm(centroid.centre_of_mass(moments)),
         centroid_offset_norm=centroid.tree_norm(centroid.plain_centroid(moments)),
@@ -211,41 +381,44 @@ def strategy_info(fitness, best_fitness, best_params, old_params, new_params, mo
     )
 
 
-def common_fields(perturbations: noise_lib.Perturbations, key: jax.Array, params) -> dict:
-    """The state fields every strategy starts with: ``params`` (checked, strongly typed),
-    ``key`` (of the first ``ask``), ``generation``, ``noise_state`` and the best-so-far
-    (a copy of the params, so callers may donate the state to ``jit``)."""
-    params = noise_lib.check_params(params)
-    table_key, ask_key = jax.random.split(key)
-    return {
-        "params": params,
-        "key": ask_key,
-        "generation": jnp.zeros((), jnp.int32),
-        "noise_state": perturbations.source.init(table_key, params),
-        "best_params": jax.tree.map(jnp.copy, params),
-        "best_fitness": jnp.full((), -jnp.inf, jnp.float32),
-    }
+def _select(condition, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
 
 
-def finish_tell(state, fitness, params, member, moments, info_sigma, **changes):
+def finish_tell(state, fitness, params, moments, info_sigma, scale, **changes):
     """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
 
-    ``member(state, i)`` rebuilds member ``i`` of the population being told; ``info_sigma`` is
-    the σ reported in the info; ``changes`` are the strategy's own new state fields (σ,
-    optimizer state, paths, ...).
+    ``scale`` is the perturbation scale the told population was built with (kept in the
+    best-member recipe); ``info_sigma`` is the σ reported in the info; ``changes`` are the
+    strategy's own new state fields (σ, optimizer state, paths, ...). The update (``params``
+    and ``changes``) is applied only when the fitness is informative and an ``ask`` was
+    pending; a ``tell`` without a pending ``ask`` changes nothing at all.
     """
-    best_fitness, best_params = track_best(
-        state.best_fitness, state.best_params, fitness, lambda i: member(state, i)
+    fitness = jnp.asarray(fitness)
+    pending = state.pending
+    applied = pending & informative(fitness)
+    ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
+    best_i = jnp.argmax(ranked).astype(jnp.int32)
+    improved = pending & (ranked[best_i] > state.best_fitness)
+    best = state.best
+    best = BestMember(
+        key=jax.lax.select(improved, state.key, best.key),
+        index=jnp.where(improved, best_i, best.index),
+        centre=None if best.centre is None else _select(improved, state.params, best.centre),
+        scale=None if best.scale is None else _select(improved, scale, best.scale),
     )
-    info = strategy_info(
-        fitness, best_fitness, best_params, state.params, params, moments, info_sigma
-    )
+    best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
+    params = _select(applied, params, state.params)
+    kept = {name: _select(applied, value, getattr(state, name)) for name, value in changes.items()}
+    info = strategy_info(fitness, best_fitness, applied, state.params, params, moments, info_sigma)
     new_state = state._replace(
         params=params,
-        generation=state.generation + 1,
-        best_params=best_params,
+        generation=state.generation + pending.astype(jnp.int32),
+        pending=jnp.zeros((), bool),
+        fitness=jnp.where(pending, fitness.astype(jnp.float32), state.fitness),
         best_fitness=best_fitness,
-        **changes,
+        best=best,
+        **kept,
     )
     return new_state, info
 
@@ -260,14 +433,22 @@ def per_coordinate(value, params):
 
 
 def check_sigma(sigma) -> None:
-    """A per-coordinate σ: a number > 0, or a pytree whose every entry is > 0."""
+    """A per-coordinate σ: a number > 0 (possibly traced), or a pytree whose every entry is a
+    finite number > 0."""
     leaves = jax.tree.leaves(sigma)
     if not leaves:
         raise ValueError("sigma: expected a number > 0 or a pytree of them, got an empty pytree")
-    if len(leaves) == 1 and isinstance(leaves[0], numbers.Real):
+    if len(leaves) == 1 and jnp.ndim(leaves[0]) == 0 and not isinstance(leaves[0], str):
         check_positive("sigma", leaves[0])
         return
     for leaf in leaves:
+        if isinstance(leaf, str | bytes) or not (
+            isinstance(leaf, numbers.Real | np.ndarray | jax.Array)
+            and jnp.issubdtype(jnp.result_type(leaf), jnp.number)
+        ):
+            raise ValueError(f"sigma: expected numbers > 0, got {leaf!r}")
+        if isinstance(leaf, jax.core.Tracer):
+            continue
         values = np.asarray(leaf, np.float64)
         if not (np.all(np.isfinite(values)) and np.all(values > 0)):
             raise ValueError("sigma: every entry must be finite and > 0")
@@ -285,8 +466,58 @@ def check_optimizer(optimizer, default: Callable[[], optax.GradientTransformatio
 
 
 def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
-    """One optax step along the ascent direction (optax minimises, so it gets ``-ascent``);
-    returns the new params and optimizer state."""
+    """One optax step along the ascent direction (optax minimises, so it gets ``-ascent``) on
+    the float32 master params; returns the new params and optimizer state."""
     descent = jax.tree.map(jnp.negative, ascent)
     updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
-    return optax.apply_updates(state.params, updates), opt_state
+    params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, updates)
+    return params, opt_state
+
+
+def make_strategy(perturbations, init, ask, tell, member, estimate) -> Strategy:
+    """The ``Strategy`` tuple, with the best-member rebuild and the evaluation chunk size that
+    every strategy shares."""
+
+    def best(state):
+        return best_params(perturbations, state)
+
+    def eval_chunk(state, members: int = 0) -> int:
+        return perturbations.eval_chunk(state.params, state.dtypes, members)
+
+    return Strategy(
+        init=init,
+        ask=ask,
+        tell=tell,
+        member=member,
+        estimate=estimate,
+        population_size=perturbations.population_size,
+        best_params=best,
+        eval_chunk=eval_chunk,
+    )
+
+
+def ask_and_member(perturbations, state_type: type, strategy: str, scale_of: Callable):
+    """``ask`` and ``member`` of a strategy whose perturbation scale is a function of its
+    state (``scale_of(state)``: σ per coordinate, or σ·√C for CMA)."""
+    p = perturbations.population_size
+
+    def ask(key, state):
+        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
+        population = perturbations.population(
+            state.noise_state, state.key, state.params, scale_of(state), state.dtypes
+        )
+        return population, state
+
+    def member(state, i):
+        check_state(state, state_type, strategy, p)
+        return build_member(
+            perturbations,
+            state.noise_state,
+            state.key,
+            i,
+            state.params,
+            scale_of(state),
+            state.dtypes,
+        )
+
+    return ask, member

@@ -19,22 +19,28 @@ class OpenESState(NamedTuple):
     """Everything that changes between generations.
 
     Attributes:
-      params: the model θ.
-      opt_state: the optax optimizer state.
-      key: the key of the latest ``ask``; every perturbation is rebuilt from it.
-      generation: how many ``tell`` calls have happened.
+      params: the model θ (the float32 master copy).
+      dtypes: one scalar per leaf in the dtype members are built in (the params' own).
+      opt_state: the optax optimizer state (float32, like θ).
+      key: the key of the latest ``ask`` (threefry); every perturbation is rebuilt from it.
+      generation: how many ``tell`` calls have updated the state.
       noise_state: the noise table (``None`` for Gaussian noise).
-      best_params: the best member seen so far.
-      best_fitness: its fitness (``-inf`` before the first ``tell``).
+      pending: an ``ask`` awaits its ``tell``.
+      fitness: the fitness last told (``(P,)``, NaN before any).
+      best_fitness: the best member's fitness (``-inf`` before the first ``tell``).
+      best: how to rebuild the best member (``strategy.best_params(state)``).
     """
 
     params: Params
+    dtypes: Params
     opt_state: optax.OptState
     key: jax.Array
     generation: jax.Array
     noise_state: noise_lib.NoiseState
-    best_params: Params
+    pending: jax.Array
+    fitness: jax.Array
     best_fitness: jax.Array
+    best: common.BestMember
 
 
 OpenESInfo = common.StrategyInfo  # the same diagnostics as every strategy
@@ -48,14 +54,16 @@ def open_es(
     sigma=0.05,
     optimizer: optax.GradientTransformation | None = None,
     *,
-    learning_rate: float = 1e-2,
-    l2_coeff: float = 0.0,
+    learning_rate=1e-2,
+    l2_coeff=0.0,
     antithetic: bool = True,
     fitness_shaping="centered_rank",
-    noise: str = "gaussian",
+    noise: str = "table",
     noise_table_size: int = 2**24,
-    sigma_floor: float = 0.0,
+    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
     noise_batch_size: int | None = None,
+    memory_budget: int | None = None,
+    track_best: bool = True,
 ) -> Strategy:
     """OpenAI-ES: perturb, rank, and step toward the reward-weighted centre of mass.
 
@@ -63,19 +71,29 @@ def open_es(
     estimator ``(1/(Pσ)) Σ (w_i - w̄) ε_i`` exactly; it is handed to ``optimizer`` as an ascent
     direction, with ``l2_coeff * θ`` subtracted first. Fitness is maximised.
 
+    Numeric settings (``sigma``, ``learning_rate``, ``l2_coeff``, ``sigma_floor``) may be JAX
+    scalars, so a run can be ``vmap``-ed over a grid of them; they are checked when concrete.
+
     Args:
-      population_size: ``P``; even when ``antithetic``.
+      population_size: ``P`` (a static int); even when ``antithetic``.
       sigma: perturbation scale, a constant > 0 or an optax schedule of the generation.
-      optimizer: any optax transformation; defaults to ``optax.adam(learning_rate)``.
+      optimizer: any optax transformation; defaults to ``optax.adam(learning_rate)``. It runs
+        on the float32 master copy of θ, whatever the params' dtype.
       learning_rate: used only when ``optimizer`` is ``None``.
       l2_coeff: L2 penalty coefficient (>= 0) on θ.
       antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a callable.
-      noise: ``"gaussian"`` (drawn from keys) or ``"table"`` (windows of a shared table).
+      noise: ``"table"`` (windows of a shared table, the default: fast) or ``"gaussian"``
+        (fresh draws from keys).
       noise_table_size: floats in the table when ``noise="table"``.
-      sigma_floor: lower bound applied to a scheduled σ.
-      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: all; smaller saves
-        memory for big models).
+      sigma_floor: σ never goes below it (> 0), whatever a schedule returns.
+      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as many as fit in
+        ``memory_budget``).
+      memory_budget: bytes of members (evaluation) or rebuilt noise (``tell``) in flight at
+        once; ``None`` is 64 MiB and at least one member.
+      track_best: keep what is needed to rebuild the best member seen
+        (``strategy.best_params``): a float32 copy of θ, taken when a better member appears.
+        False keeps only its fitness.
 
     Returns:
       A ``Strategy``.
@@ -89,8 +107,8 @@ def open_es(
       (8, 3)
       >>> fitness = -jnp.sum(population["x"] ** 2, axis=1)
       >>> state, info = es.tell(state, fitness)
-      >>> bool(jnp.all(state.params["x"] < 1.0))
-      True
+      >>> bool(jnp.sum(state.params["x"] ** 2) < 3.0), bool(info.applied)
+      (True, True)
     """
     p = common.check_population_size(population_size, antithetic)
     sigma_at = common.sigma_schedule(sigma, sigma_floor)
@@ -100,24 +118,35 @@ def open_es(
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, antithetic, noise_batch_size
+        noise, noise_table_size, p, antithetic, noise_batch_size, memory_budget
     )
 
     def init(key: jax.Array, params: Params) -> OpenESState:
-        fields = common.common_fields(perturbations, key, params)
+        fields = common.common_fields(perturbations, key, params, sigma_at(0), track_best)
         return OpenESState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def ask(key: jax.Array, state: OpenESState):
-        state = state._replace(key=key)
+        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
         sig = sigma_at(state.generation)
-        population = perturbations.population(state.noise_state, key, state.params, sig)
+        population = perturbations.population(
+            state.noise_state, state.key, state.params, sig, state.dtypes
+        )
         return population, state
 
     def member(state: OpenESState, i) -> Params:
-        sig = sigma_at(state.generation)
-        return perturbations.member(state.noise_state, state.key, i, state.params, sig)
+        common.check_state(state, OpenESState, "open_es", p)
+        return common.build_member(
+            perturbations,
+            state.noise_state,
+            state.key,
+            i,
+            state.params,
+            sigma_at(state.generation),
+            state.dtypes,
+        )
 
     def estimate(state: OpenESState, fitness):
+        common.check_state(state, OpenESState, "open_es", p)
         fitness = common.check_fitness(fitness, p)
         sig = sigma_at(state.generation)
         weights = shape_fitness(fitness)
@@ -128,12 +157,10 @@ def open_es(
 
     def tell(state: OpenESState, fitness):
         direction, stats = estimate(state, fitness)
-        ascent = jax.tree.map(lambda g, x: g - l2 * x.astype(jnp.float32), direction, state.params)
+        ascent = jax.tree.map(lambda g, x: g - l2 * x, direction, state.params)
         params, opt_state = common.optimizer_step(optimizer, state, ascent)
         return common.finish_tell(
-            state, fitness, params, member, stats.moments, stats.sigma, opt_state=opt_state
+            state, fitness, params, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
-    return Strategy(
-        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
-    )
+    return common.make_strategy(perturbations, init, ask, tell, member, estimate)

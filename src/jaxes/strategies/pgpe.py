@@ -21,6 +21,7 @@ import optax
 from jaxes import centroid, optim
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
+from jaxes.checks import check_below
 from jaxes.strategies import common
 from jaxes.types import Params, Strategy
 
@@ -29,39 +30,45 @@ class PGPEState(NamedTuple):
     """Everything that changes between generations.
 
     Attributes:
-      params: the mean θ.
+      params: the mean θ (float32 master copy).
+      dtypes: one scalar per leaf in the dtype members are built in.
       sigma: per-coordinate σ (float32 pytree like ``params``).
       opt_state: the optimizer state of the mean (ClipUp's velocity by default).
       key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have happened.
+      generation: how many ``tell`` calls have updated the state.
       noise_state: the noise table (``None`` for Gaussian noise).
-      best_params, best_fitness: the best member seen so far.
+      pending, fitness, best_fitness, best: as in ``OpenESState``.
     """
 
     params: Params
+    dtypes: Params
     sigma: Params
     opt_state: optax.OptState
     key: jax.Array
     generation: jax.Array
     noise_state: noise_lib.NoiseState
-    best_params: Params
+    pending: jax.Array
+    fitness: jax.Array
     best_fitness: jax.Array
+    best: common.BestMember
 
 
 def pgpe(
     population_size: int,
     sigma=0.1,
-    center_learning_rate: float = 0.15,
-    stdev_learning_rate: float = 0.1,
-    stdev_max_change: float = 0.2,
+    center_learning_rate=0.15,
+    stdev_learning_rate=0.1,
+    stdev_max_change=0.2,
     *,
     optimizer: optax.GradientTransformation | None = None,
-    max_speed: float | None = None,
-    momentum: float = 0.9,
+    max_speed=None,
+    momentum=0.9,
     fitness_shaping="centered_rank",
-    noise: str = "gaussian",
+    noise: str = "table",
     noise_table_size: int = 2**24,
     noise_batch_size: int | None = None,
+    memory_budget: int | None = None,
+    track_best: bool = True,
 ) -> Strategy:
     """PGPE: symmetric sampling, the mean stepped toward the centre of mass, σ adapted per
     coordinate toward the spread of the mass-weighted cloud.
@@ -78,7 +85,8 @@ def pgpe(
       momentum: ClipUp's momentum in ``[0, 1)``.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
         callable.
-      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
+        ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -92,8 +100,8 @@ def pgpe(
     p = common.check_population_size(population_size, antithetic=True)
     sigma_lr = common.check_positive("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
     max_change = common.check_positive("stdev_max_change", stdev_max_change)
-    if max_change >= 1.0:
-        raise ValueError(f"stdev_max_change: expected a number in (0, 1), got {max_change!r}")
+    check_below("stdev_max_change", max_change, 1.0, "(0, 1)")
+    common.check_fixed_sigma(sigma, "pgpe")
     common.check_sigma(sigma)
     optimizer = common.check_optimizer(
         optimizer,
@@ -104,26 +112,23 @@ def pgpe(
         ),
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
-    perturbations = common.make_perturbations(noise, noise_table_size, p, True, noise_batch_size)
+    perturbations = common.make_perturbations(
+        noise, noise_table_size, p, True, noise_batch_size, memory_budget
+    )
 
     def init(key: jax.Array, params: Params) -> PGPEState:
-        fields = common.common_fields(perturbations, key, params)
-        return PGPEState(
-            sigma=common.per_coordinate(sigma, fields["params"]),
-            opt_state=optimizer.init(fields["params"]),
-            **fields,
+        master = jax.tree.map(
+            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
         )
+        sigmas = common.per_coordinate(sigma, master)
+        fields = common.common_fields(perturbations, key, params, sigmas, track_best)
+        return PGPEState(sigma=sigmas, opt_state=optimizer.init(fields["params"]), **fields)
 
-    def ask(key: jax.Array, state: PGPEState):
-        state = state._replace(key=key)
-        population = perturbations.population(state.noise_state, key, state.params, state.sigma)
-        return population, state
-
-    def member(state: PGPEState, i) -> Params:
-        return perturbations.member(state.noise_state, state.key, i, state.params, state.sigma)
+    ask, member = common.ask_and_member(perturbations, PGPEState, "pgpe", lambda s: s.sigma)
 
     def estimate(state: PGPEState, fitness):
         """Ascent direction of the mean, ``m̄ (M - c)``."""
+        common.check_state(state, PGPEState, "pgpe", p)
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
@@ -143,16 +148,14 @@ def pgpe(
             state,
             fitness,
             params,
-            member,
             stats.moments,
+            state.sigma,
             state.sigma,
             sigma=sigma_update(stats.moments, state.sigma, sigma_lr, max_change),
             opt_state=opt_state,
         )
 
-    return Strategy(
-        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
-    )
+    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:

@@ -6,8 +6,10 @@ one, zero for the rest), so ``Σ w_i x_i = M`` and the mean moves by ``c_m (M - 
 measured from the model (CMA-ES does not subtract the centroid). The rank-μ term of the
 covariance update is the mass-weighted spread: ``Σ w_i y_i² = S_M / σ²`` with
 ``S_M = Σ m_i δ_i² / Σ m_i``. ``tell`` works with the moments of ``y_i = D ⊙ z_i``
-(``δ_i / σ``), so a vanishing σ never divides anything; they are rebuilt from the keys, and no
-population is stored.
+(``δ_i / σ``, with σ floored at ``sigma_floor > 0``); they are rebuilt from the keys, and no
+population is stored. A generation whose fitness carries no ranking (all equal, or all NaN:
+every Brax member falling at the same step) leaves the mean, σ, ``C`` and the paths as they
+were, as in every jaxes strategy, instead of letting the mean drift and σ collapse.
 """
 
 from __future__ import annotations
@@ -30,18 +32,20 @@ class SepCMAState(NamedTuple):
     """Everything that changes between generations.
 
     Attributes:
-      params: the mean ``m``.
+      params: the mean ``m`` (float32 master copy).
+      dtypes: one scalar per leaf in the dtype members are built in.
       sigma: the global step size ``σ``.
       variances: the diagonal ``C`` (float32 pytree like ``params``).
       path_sigma: the conjugate evolution path ``p_σ``.
       path_c: the evolution path ``p_c``.
       key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have happened.
+      generation: how many ``tell`` calls have updated the state.
       noise_state: the noise table (``None`` for Gaussian noise).
-      best_params, best_fitness: the best member seen so far.
+      pending, fitness, best_fitness, best: as in ``OpenESState``.
     """
 
     params: Params
+    dtypes: Params
     sigma: jax.Array
     variances: Params
     path_sigma: Params
@@ -49,8 +53,10 @@ class SepCMAState(NamedTuple):
     key: jax.Array
     generation: jax.Array
     noise_state: noise_lib.NoiseState
-    best_params: Params
+    pending: jax.Array
+    fitness: jax.Array
     best_fitness: jax.Array
+    best: common.BestMember
 
 
 class CMAConstants(NamedTuple):
@@ -91,23 +97,29 @@ def cma_constants(n: int, elite_size: int) -> CMAConstants:
 
 def sep_cma_es(
     population_size: int,
-    sigma: float = 1.0,
+    sigma=1.0,
     elite_size: int | None = None,
-    mean_learning_rate: float = 1.0,
+    mean_learning_rate=1.0,
     *,
-    noise: str = "gaussian",
+    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
+    noise: str = "table",
     noise_table_size: int = 2**24,
     noise_batch_size: int | None = None,
+    memory_budget: int | None = None,
+    track_best: bool = True,
 ) -> Strategy:
     """Sep-CMA-ES: weighted recombination of the best ``μ`` as a centre of mass, a diagonal
     covariance and cumulative step-size adaptation.
 
     Args:
-      population_size: ``λ = P`` (>= 2). Hansen's default is ``4 + ⌊3 ln n⌋``.
+      population_size: ``λ = P`` (>= 2). CMA-ES samples independent members (no antithetic
+        pairs), so any ``P`` works. Hansen's default is ``4 + ⌊3 ln n⌋``.
       sigma: the initial global step size (> 0).
       elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
       mean_learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
-      noise, noise_table_size, noise_batch_size: as for ``open_es`` (no antithetic pairs).
+      sigma_floor: σ never goes below it (> 0).
+      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
+        ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -120,40 +132,45 @@ def sep_cma_es(
     """
     p = common.check_population_size(population_size, antithetic=False)
     mu = p // 2 if elite_size is None else check_int("elite_size", elite_size, 1, p)
+    common.check_fixed_sigma(sigma, "sep_cma_es")
     sigma0 = common.check_positive("sigma", sigma)
+    floor = common.check_positive("sigma_floor", sigma_floor)
     c_m = common.check_positive("mean_learning_rate", mean_learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
-    perturbations = common.make_perturbations(noise, noise_table_size, p, False, noise_batch_size)
+    perturbations = common.make_perturbations(
+        noise, noise_table_size, p, False, noise_batch_size, memory_budget
+    )
 
     def scale(state: SepCMAState) -> Params:
         """Per-coordinate ``σ D``: member ``i`` is ``m + σ D ⊙ z_i``."""
         return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
 
     def init(key: jax.Array, params: Params) -> SepCMAState:
-        fields = common.common_fields(perturbations, key, params)
-        like = fields["params"]
+        master = jax.tree.map(
+            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
+        )
+        # σ D with C = I at the start.
+        fields = common.common_fields(
+            perturbations, key, params, common.per_coordinate(sigma0, master), track_best
+        )
         return SepCMAState(
-            sigma=jnp.float32(sigma0),
-            variances=common.per_coordinate(1.0, like),
-            path_sigma=common.per_coordinate(0.0, like),
-            path_c=common.per_coordinate(0.0, like),
+            sigma=jnp.asarray(sigma0, jnp.float32),
+            variances=common.per_coordinate(1.0, master),
+            path_sigma=common.per_coordinate(0.0, master),
+            path_c=common.per_coordinate(0.0, master),
             **fields,
         )
 
-    def ask(key: jax.Array, state: SepCMAState):
-        state = state._replace(key=key)
-        return perturbations.population(state.noise_state, key, state.params, scale(state)), state
-
-    def member(state: SepCMAState, i) -> Params:
-        return perturbations.member(state.noise_state, state.key, i, state.params, scale(state))
+    ask, member = common.ask_and_member(perturbations, SepCMAState, "sep_cma_es", scale)
 
     def weigh(state: SepCMAState, fitness):
-        """Recombination weights and the moments of ``y_i = D ⊙ z_i`` (displacements in units
-        of σ, so that a tiny σ never divides anything)."""
+        """Recombination weights and the moments of ``y_i = δ_i / σ`` (displacements in units
+        of σ)."""
+        common.check_state(state, SepCMAState, "sep_cma_es", p)
         weights = weights_of(common.check_fitness(fitness, p))
         # The recombination weights are non-negative, zero for the rest: the masses themselves.
-        d = jax.tree.map(jnp.sqrt, state.variances)
-        return weights, common.population_moments(perturbations, state, weights, d, squares=True)
+        moments = common.population_moments(perturbations, state, weights, scale(state), True)
+        return weights, centroid.scale_moments(moments, 1.0 / state.sigma)
 
     def estimate(state: SepCMAState, fitness):
         """The mean's step ``c_m (M - m)``."""
@@ -170,9 +187,7 @@ def sep_cma_es(
         # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
         y_w = centroid.centre_of_mass(y_moments)
         params = jax.tree.map(
-            lambda x, y: (x.astype(jnp.float32) + c_m * state.sigma * y).astype(x.dtype),
-            state.params,
-            y_w,
+            lambda x, y: (x + c_m * state.sigma * y).astype(x.dtype), state.params, y_w
         )
         z_w = jax.tree.map(
             lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
@@ -211,19 +226,18 @@ def sep_cma_es(
             centroid.mass_spread(y_moments),
         )
         sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
+        sigma = jnp.maximum(sigma, floor).astype(jnp.float32)
         return common.finish_tell(
             state,
             fitness,
             params,
-            member,
             moments,
             scale(state),
-            sigma=sigma.astype(jnp.float32),
+            scale(state),
+            sigma=sigma,
             variances=variances,
             path_sigma=path_sigma,
             path_c=path_c,
         )
 
-    return Strategy(
-        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
-    )
+    return common.make_strategy(perturbations, init, ask, tell, member, estimate)

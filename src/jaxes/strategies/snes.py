@@ -31,21 +31,25 @@ class SNESState(NamedTuple):
     """Everything that changes between generations.
 
     Attributes:
-      params: the mean μ.
+      params: the mean μ (float32 master copy).
+      dtypes: one scalar per leaf in the dtype members are built in.
       sigma: per-coordinate σ (float32 pytree like ``params``).
       key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have happened.
+      generation: how many ``tell`` calls have updated the state.
       noise_state: the noise table (``None`` for Gaussian noise).
-      best_params, best_fitness: the best member seen so far.
+      pending, fitness, best_fitness, best: as in ``OpenESState``.
     """
 
     params: Params
+    dtypes: Params
     sigma: Params
     key: jax.Array
     generation: jax.Array
     noise_state: noise_lib.NoiseState
-    best_params: Params
+    pending: jax.Array
+    fitness: jax.Array
     best_fitness: jax.Array
+    best: common.BestMember
 
 
 def default_sigma_learning_rate(num_params: int) -> float:
@@ -61,27 +65,30 @@ def default_sigma_learning_rate(num_params: int) -> float:
 def snes(
     population_size: int,
     sigma=1.0,
-    mean_learning_rate: float = 1.0,
-    sigma_learning_rate: float | None = None,
+    mean_learning_rate=1.0,
+    sigma_learning_rate=None,
     *,
     antithetic: bool = False,
     fitness_shaping="log_rank",
-    noise: str = "gaussian",
+    noise: str = "table",
     noise_table_size: int = 2**24,
     noise_batch_size: int | None = None,
+    memory_budget: int | None = None,
+    track_best: bool = True,
 ) -> Strategy:
     """SNES: the mean steps toward the centre of mass, σ follows the mass-weighted spread.
 
     Args:
-      population_size: ``P`` (>= 2; even when ``antithetic``). The paper's default is
-        ``4 + ⌊3 ln d⌋``.
+      population_size: ``P`` (>= 2; even when ``antithetic``). SNES samples independent
+        members by default, so any ``P`` works. The paper's default is ``4 + ⌊3 ln d⌋``.
       sigma: initial σ, a number > 0 or a pytree like the params.
       mean_learning_rate: ``η_μ`` (> 0).
       sigma_learning_rate: ``η_σ`` (> 0); ``None`` uses ``(3 + ln d)/(5 √d)``.
       antithetic: sample ``(+z, -z)`` pairs (off in the paper).
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
         callable (utilities are centred, so only their differences matter).
-      noise, noise_table_size, noise_batch_size: as for ``open_es``.
+      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
+        ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -96,10 +103,11 @@ def snes(
     eta_mu = common.check_positive("mean_learning_rate", mean_learning_rate)
     if sigma_learning_rate is not None:
         common.check_positive("sigma_learning_rate", sigma_learning_rate)
+    common.check_fixed_sigma(sigma, "snes")
     common.check_sigma(sigma)
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, antithetic, noise_batch_size
+        noise, noise_table_size, p, antithetic, noise_batch_size, memory_budget
     )
 
     def eta_sigma(params) -> float:
@@ -108,19 +116,18 @@ def snes(
         return default_sigma_learning_rate(noise_lib.num_params(params))
 
     def init(key: jax.Array, params: Params) -> SNESState:
-        fields = common.common_fields(perturbations, key, params)
-        return SNESState(sigma=common.per_coordinate(sigma, fields["params"]), **fields)
+        master = jax.tree.map(
+            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
+        )
+        sigmas = common.per_coordinate(sigma, master)
+        fields = common.common_fields(perturbations, key, params, sigmas, track_best)
+        return SNESState(sigma=sigmas, **fields)
 
-    def ask(key: jax.Array, state: SNESState):
-        state = state._replace(key=key)
-        population = perturbations.population(state.noise_state, key, state.params, state.sigma)
-        return population, state
-
-    def member(state: SNESState, i) -> Params:
-        return perturbations.member(state.noise_state, state.key, i, state.params, state.sigma)
+    ask, member = common.ask_and_member(perturbations, SNESState, "snes", lambda s: s.sigma)
 
     def estimate(state: SNESState, fitness):
         """The mean's step ``η_μ P m̄ (M - c)``."""
+        common.check_state(state, SNESState, "snes", p)
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
@@ -135,22 +142,18 @@ def snes(
 
     def tell(state: SNESState, fitness):
         direction, stats = estimate(state, fitness)
-        params = jax.tree.map(
-            lambda x, d: (x.astype(jnp.float32) + d).astype(x.dtype), state.params, direction
-        )
+        params = jax.tree.map(lambda x, d: (x + d).astype(x.dtype), state.params, direction)
         return common.finish_tell(
             state,
             fitness,
             params,
-            member,
             stats.moments,
+            state.sigma,
             state.sigma,
             sigma=sigma_update(stats.moments, state.sigma, eta_sigma(state.params)),
         )
 
-    return Strategy(
-        init=init, ask=ask, tell=tell, member=member, estimate=estimate, population_size=p
-    )
+    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:

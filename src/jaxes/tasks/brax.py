@@ -8,9 +8,9 @@ return, which every fitness shaping ranks worst.
 
 Observations are normalised with running statistics kept in the task state. They are frozen
 during a generation (every member sees the same normalisation) and then merged with the
-moments of every observation an alive episode saw. With ``axis_name`` the per-member moments
-are gathered (``P × (2·obs + 1)`` floats) and summed in member order, so every device holds
-the same statistics.
+moments of every observation an alive episode saw. ``evaluate`` returns those moments per
+member (``P × (2·obs + 1)`` floats) and ``update`` sums them in member order, so a population
+evaluated in chunks or split over devices gives every device the same statistics.
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ class BraxTask(NamedTuple):
     evaluate: Callable
     evaluate_policy: Callable
     init_params: Callable
+    update: Callable
     env: Any
     policy: policies.Policy
 
@@ -156,8 +157,9 @@ def brax_task(
       normalize_observations: feed the policy ``(obs - mean)/std`` from running statistics.
 
     Returns:
-      A ``Task``; ``evaluate(key, population, state, axis_name=None)`` returns the mean
-      episode return per member (maximised), the new state and a ``RolloutInfo``.
+      A ``Task``; ``evaluate(key, members, state)`` returns the mean episode return per
+      member (maximised), each member's observation moments and a ``RolloutInfo``;
+      ``update(state, moments)`` merges every member's moments into the statistics.
 
     Example:
       >>> import jax
@@ -250,22 +252,22 @@ def brax_task(
         out = jax.lax.while_loop(keep_going, run_chunk, carry)
         return out.returns, out.lengths, out.moments, out.chunks
 
-    def evaluate(key, population, task_state: BraxTaskState, axis_name=None):
+    def evaluate(key, members, task_state: BraxTaskState):
         reset_keys = jax.random.split(key, episodes_per_member)
-        returns, lengths, moments, chunks = rollout(population, reset_keys, task_state.obs_stats)
+        returns, lengths, moments, chunks = rollout(members, reset_keys, task_state.obs_stats)
         info = RolloutInfo(
             env_steps=chunks * chunk * lengths.size,
             alive_steps=jnp.sum(lengths),
             episodes=jnp.int32(lengths.size),
         )
-        if axis_name is not None:
-            info = jax.lax.psum(info, axis_name)
-            moments = jax.lax.all_gather(moments, axis_name, tiled=True)
-        moments = running_stats.total(moments)
-        stats = task_state.obs_stats
-        if normalize_observations:
-            stats = running_stats.merge(stats, moments)
-        return jnp.mean(returns, axis=1), BraxTaskState(stats), info
+        return jnp.mean(returns, axis=1), moments, info
+
+    def update(task_state: BraxTaskState, moments):
+        if not normalize_observations:
+            return task_state
+        return BraxTaskState(
+            running_stats.merge(task_state.obs_stats, running_stats.total(moments))
+        )
 
     def evaluate_policy(key, params, task_state: BraxTaskState):
         single = jax.tree.map(lambda x: x[None], params)
@@ -274,7 +276,7 @@ def brax_task(
         )
         return returns[0]
 
-    return BraxTask(init, evaluate, evaluate_policy, init_params, env, policy)
+    return BraxTask(init, evaluate, evaluate_policy, init_params, update, env, policy)
 
 
 def observation_size(env) -> int:

@@ -81,7 +81,7 @@ def function_task(fn: str | Callable, dim: int, start: float = 1.0) -> Task:
     Example:
       >>> import jax, jax.numpy as jnp
       >>> task = function_task("sphere", 3)
-      >>> fitness, _, _ = task.evaluate(jax.random.key(0), jnp.ones((2, 3)), task.init(None))
+      >>> fitness, _, info = task.evaluate(jax.random.key(0), jnp.ones((2, 3)), task.init(None))
       >>> fitness.tolist()
       [-3.0, -3.0]
     """
@@ -95,13 +95,10 @@ def function_task(fn: str | Callable, dim: int, start: float = 1.0) -> Task:
     def init(key):
         del key
 
-    def evaluate(key, population, task_state, axis_name=None):
-        del key
-        fitness = -jax.vmap(fn)(population)
-        count = jnp.int32(fitness.shape[0])
-        if axis_name is not None:
-            count = jax.lax.psum(count, axis_name)
-        return fitness, task_state, FunctionInfo(count)
+    def evaluate(key, members, task_state):
+        del key, task_state
+        fitness = -jax.vmap(fn)(members)
+        return fitness, None, FunctionInfo(jnp.int32(fitness.shape[0]))
 
     def evaluate_policy(key, params, task_state):
         del key, task_state

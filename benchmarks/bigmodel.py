@@ -1,0 +1,608 @@
+"""Big models: `jaxes.step.generation_step` at 100M-1B parameters, memory plan, peak RSS, time.
+
+What it measures, for each model size N and each task:
+
+  plan      XLA's compiled memory plan of one generation at P = 256:
+            `jax.jit(step, donate_argnums=0).lower(abstract_state).compile().memory_analysis()`
+            with `abstract_state = jax.eval_shape(lambda: init_state(strategy, task, 0))`, so
+            nothing of the model's size is allocated. Reported: argument, temp, output and
+            alias bytes, their total argument + temp + output - alias (the bytes live at once
+            while a generation runs, the donated state counted once) and bytes per parameter.
+  run       at P = 16 and P = 64 (`--populations`): the state built by
+            `jaxes.train.init_state(strategy, task, 0)`, one warm-up generation, then the
+            median of a few timed generations (3 up to 200M parameters, 2 above; `--gens`),
+            each ended by `jax.block_until_ready`; the peak resident memory of the process
+            (`ru_maxrss`, which includes Python, JAX, the compiled program and `init_state`)
+            and the memory plan at that P.
+
+Every (size, task, P) runs in its own child process, so its peak RSS belongs to it alone. A
+child the kernel kills (SIGKILL, most likely out of memory) is reported as a row saying so. A
+run child first compiles, then compares its plan with the machine's MemAvailable and skips
+the run (a row saying so) when the plan does not fit in 90% of it; `--force` runs anyway.
+
+The strategy is jaxes at its defaults (noise table, 64 MiB `memory_budget`, `track_best=True`):
+  float32   `jaxes.open_es(P, 0.05)`: Adam(1e-2) (two float32 buffers per parameter).
+  bfloat16  `jaxes.open_es(P, 0.05, optimizer=jaxes.optim.clipup(0.01))`: params in bf16, the
+            strategy's float32 master copy, ClipUp's single velocity buffer.
+  Sizes of 1B and more default to bfloat16, smaller ones to float32; `100M:bf16` or `1B:f32`
+  chooses, `--optimizer` overrides the optimizer (`sgd` is `optax.sgd(0.01, momentum=0.9)`).
+
+Tasks (custom `jaxes.types.Task`s, fitness maximised, `FunctionInfo` counting evaluations):
+  sumsq     a flat vector of N parameters, starting at 1, fitness -Σ x² (summed in float32).
+  mlp       an 8-layer MLP of square weight matrices (width ≈ sqrt(N / 8), a multiple of 64; no
+            biases) applied to a fixed batch of 8 N(0, 1) inputs, h <- tanh(h @ W) with
+            float32 accumulation (the matmul in the params' dtype); fitness -mean(h²) of the
+            output. Weights start N(0, 1/width).
+
+Targets (printed next to the measured numbers): 500M float32, Adam, P = 256: plan <= 24 GiB
+(<= 48 bytes per parameter), and the measured peak RSS at P = 64 <= 24 GiB; 1B bf16 (float32
+master copy, single-buffer optimizer): plan at P = 256 and measured peak RSS at P = 64 <= 24 GiB.
+
+Run (on a machine with nothing else using its memory):
+  .venv/bin/python benchmarks/bigmodel.py                # 100M, 500M, 1B (hours on 2 cores)
+  .venv/bin/python benchmarks/bigmodel.py --plan-only    # compile the plans only (minutes)
+  .venv/bin/python benchmarks/bigmodel.py --sizes 100M --populations 16
+  .venv/bin/python benchmarks/bigmodel.py --quick        # 1M params, f32 and bf16 (< 1 min)
+Writes benchmarks/results/bigmodel.json (bigmodel_quick.json with `--quick`, bigmodel_plan.json
+with `--plan-only`; or `--out`) and prints tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from _common import (
+    RESULTS,
+    finish_machine_info,
+    machine_info,
+    print_result,
+    spawn_child,
+    write_json,
+)
+
+SIGMA = 0.05
+ADAM_LEARNING_RATE = 1e-2  # open_es's default learning_rate
+STEP_SIZE = 0.01  # ClipUp's step size; SGD's learning rate
+MOMENTUM = 0.9  # SGD's (ClipUp's default is also 0.9)
+MLP_LAYERS = 8
+MLP_BATCH = 8
+MLP_WIDTH_MULTIPLE = 64
+PLAN_POPULATION = 256
+WARMUP_CALLS = 1
+MEMORY_HEADROOM = 0.9  # a run is skipped when its plan exceeds this share of MemAvailable
+GIB = 2**30
+TARGET_GIB = 24.0
+TARGET_BYTES_PER_PARAM = 48.0
+TASKS = ("sumsq", "mlp")
+OPTIMIZERS = ("auto", "adam", "clipup", "sgd")
+PRECISIONS = {"f32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
+DEFAULT_SIZES = "100M,500M,1B"
+QUICK_SIZES = "1M,1M:bf16"
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations.
+# --------------------------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> dict:
+    """ "500M" -> {"size": "500M", "n": 500_000_000, "precision": "float32"}; a suffix ":bf16"
+    or ":f32" chooses the precision (default: bfloat16 from 1B up, float32 below)."""
+    name, _, precision = text.strip().partition(":")
+    number, suffix = (name[:-1], name[-1].upper()) if name[-1].isalpha() else (name, "")
+    if suffix and suffix not in SUFFIXES:
+        raise argparse.ArgumentTypeError(f"size {text!r}: unknown suffix (K, M, B)")
+    try:
+        n = int(float(number) * SUFFIXES.get(suffix, 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: expected e.g. 100M, 1B, 1M:bf16"
+        ) from None
+    if precision and precision.lower() not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"size {text!r}: precision must be f32 or bf16")
+    precision = PRECISIONS[precision.lower()] if precision else None
+    return {"size": name, "n": n, "precision": precision or default_precision(n)}
+
+
+def default_precision(n: int) -> str:
+    return "bfloat16" if n >= 10**9 else "float32"
+
+
+def optimizer_for(choice: str, precision: str) -> str:
+    if choice != "auto":
+        return choice
+    return "clipup" if precision == "bfloat16" else "adam"
+
+
+def optimizer_label(name: str) -> str:
+    return {
+        "adam": f"adam({ADAM_LEARNING_RATE:g})",
+        "clipup": f"clipup({STEP_SIZE:g})",
+        "sgd": f"sgd({STEP_SIZE:g}, momentum={MOMENTUM:g})",
+    }[name]
+
+
+def mlp_width(n: int) -> int:
+    """The width of MLP_LAYERS square matrices holding about n parameters."""
+    return max(
+        MLP_WIDTH_MULTIPLE,
+        round(math.sqrt(n / MLP_LAYERS) / MLP_WIDTH_MULTIPLE) * MLP_WIDTH_MULTIPLE,
+    )
+
+
+def num_params(task: str, n: int) -> int:
+    return n if task == "sumsq" else MLP_LAYERS * mlp_width(n) ** 2
+
+
+def default_gens(n: int) -> int:
+    return 3 if n <= 200_000_000 else 2
+
+
+# --------------------------------------------------------------------------------------------
+# Child: build the strategy and the task, compile (plan), maybe run.
+# --------------------------------------------------------------------------------------------
+
+
+def progress(spec: dict, message: str) -> None:
+    print(f"  [{name_of(spec)}] {message}", file=sys.stderr, flush=True)
+
+
+def name_of(spec: dict) -> str:
+    return f"{spec['size']} {spec['task']} {spec['precision']} {spec['optimizer']} P={spec['P']}"
+
+
+def sum_of_squares_task(n: int, dtype):
+    """A flat vector of n parameters from x = 1; fitness -Σ x² in float32."""
+    import jax.numpy as jnp
+
+    from jaxes.tasks.functions import FunctionInfo
+    from jaxes.types import Task
+
+    def init(key):
+        del key
+
+    def evaluate(key, members, task_state):
+        del key, task_state
+        fitness = -jnp.sum(jnp.square(members.astype(jnp.float32)), axis=-1)
+        return fitness, None, FunctionInfo(jnp.int32(fitness.shape[0]))
+
+    def evaluate_policy(key, params, task_state):
+        return evaluate(key, params[None], task_state)[0]
+
+    def init_params(key):
+        del key
+        return jnp.ones((n,), dtype)
+
+    return Task(init, evaluate, evaluate_policy, init_params)
+
+
+def mlp_task(width: int, dtype):
+    """MLP_LAYERS square (width, width) matrices on a fixed batch; fitness -mean(output²)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxes.tasks.functions import FunctionInfo
+    from jaxes.types import Task
+
+    names = [f"w{i:02d}" for i in range(MLP_LAYERS)]
+
+    def forward(params):
+        h = jax.random.normal(jax.random.key(42), (MLP_BATCH, width), jnp.float32)
+        for name in names:
+            w = params[name]
+            h = jnp.tanh(jnp.dot(h.astype(w.dtype), w, preferred_element_type=jnp.float32))
+        return -jnp.mean(jnp.square(h))
+
+    def init(key):
+        del key
+
+    def evaluate(key, members, task_state):
+        del key, task_state
+        fitness = jax.vmap(forward)(members)
+        return fitness, None, FunctionInfo(jnp.int32(fitness.shape[0]))
+
+    def evaluate_policy(key, params, task_state):
+        del key, task_state
+        return forward(params)[None]
+
+    def init_params(key):
+        keys = jax.random.split(key, MLP_LAYERS)
+        scale = 1.0 / math.sqrt(width)
+        return {
+            name: (scale * jax.random.normal(k, (width, width), jnp.float32)).astype(dtype)
+            for name, k in zip(names, keys, strict=True)
+        }
+
+    return Task(init, evaluate, evaluate_policy, init_params)
+
+
+def build(spec: dict):
+    """(strategy, task) for a child's spec."""
+    import jax.numpy as jnp
+    import optax
+
+    import jaxes
+    from jaxes import optim
+
+    dtype = jnp.dtype(spec["precision"])
+    optimizer = {
+        "adam": None,  # open_es's default: optax.adam(learning_rate=1e-2)
+        "clipup": lambda: optim.clipup(STEP_SIZE),
+        "sgd": lambda: optax.sgd(STEP_SIZE, momentum=MOMENTUM),
+    }[spec["optimizer"]]
+    strategy = jaxes.open_es(spec["P"], SIGMA, optimizer=optimizer and optimizer())
+    if spec["task"] == "sumsq":
+        task = sum_of_squares_task(spec["n"], dtype)
+    else:
+        task = mlp_task(mlp_width(spec["n"]), dtype)
+    return strategy, task
+
+
+def tree_bytes(tree) -> int:
+    import jax
+    import numpy as np
+
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        # A key dtype may have no itemsize: keys are a few bytes, left out.
+        with contextlib.suppress(AttributeError, TypeError):
+            total += int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+    return total
+
+
+def compile_plan(spec: dict):
+    """Compiles one donated generation on the abstract state; returns (compiled, plan dict)."""
+    import jax
+
+    from jaxes.step import generation_step
+    from jaxes.train import init_state
+
+    strategy, task = build(spec)
+    abstract = jax.eval_shape(lambda: init_state(strategy, task, 0))
+    params = num_params(spec["task"], spec["n"])
+    start = time.perf_counter()
+    lowered = jax.jit(generation_step(strategy, task), donate_argnums=0).lower(abstract)
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start
+    stats = compiled.memory_analysis()
+    arg, out = stats.argument_size_in_bytes, stats.output_size_in_bytes
+    alias, temp = stats.alias_size_in_bytes, stats.temp_size_in_bytes
+    total = arg + temp + out - alias
+    plan = {
+        "params": params,
+        "argument_bytes": arg,
+        "output_bytes": out,
+        "alias_bytes": alias,
+        "temp_bytes": temp,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+        "plan_bytes": total,
+        "plan_gib": total / GIB,
+        "plan_bytes_per_param": total / params,
+        "state_bytes": tree_bytes(abstract),
+        "eval_chunk": strategy.eval_chunk(abstract.strategy_state, spec["P"]),
+        "compile_s": compile_s,
+    }
+    return strategy, task, compiled, plan
+
+
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_child(spec: dict) -> dict:
+    try:
+        return spec | run_child_unguarded(spec)
+    except Exception as error:  # an allocation failure, a library error: a row, not a crash
+        tail = traceback.format_exc()[-3000:]
+        return spec | {"status": "error", "error": f"{type(error).__name__}: {tail}"}
+
+
+def run_child_unguarded(spec: dict) -> dict:
+    import jax
+
+    from jaxes.train import init_state
+
+    progress(spec, "compiling")
+    strategy, task, compiled, plan = compile_plan(spec)
+    progress(spec, f"compiled in {plan['compile_s']:.1f} s; plan {plan['plan_gib']:.2f} GiB")
+    result = {"status": "ok", **plan, "peak_rss_after_compile_mib": rss_mib()}
+    if spec["kind"] == "plan":
+        return result | {"peak_rss_mib": rss_mib()}
+    available = mem_available_bytes()
+    result["mem_available_at_start_gib"] = available / GIB
+    if not spec["force"] and plan["plan_bytes"] > MEMORY_HEADROOM * available:
+        why = (
+            f"skipped: the plan needs {plan['plan_gib']:.1f} GiB, MemAvailable is "
+            f"{available / GIB:.1f} GiB (--force runs anyway)"
+        )
+        progress(spec, why)
+        return result | {"status": "skipped", "error": why}
+    start = time.perf_counter()
+    state = jax.block_until_ready(init_state(strategy, task, 0))
+    result["init_s"] = time.perf_counter() - start
+    result["peak_rss_after_init_mib"] = rss_mib()
+    progress(spec, f"init_state in {result['init_s']:.1f} s, peak RSS {rss_mib() / 1024:.2f} GiB")
+    for i in range(WARMUP_CALLS):
+        start = time.perf_counter()
+        state, metrics = jax.block_until_ready(compiled(state))
+        progress(spec, f"warm-up {i + 1}/{WARMUP_CALLS}: {time.perf_counter() - start:.1f} s")
+    seconds = []
+    first_metrics = {k: float(v) for k, v in metrics.items()}
+    for i in range(spec["gens"]):
+        start = time.perf_counter()
+        state, metrics = jax.block_until_ready(compiled(state))
+        seconds.append(time.perf_counter() - start)
+        progress(spec, f"generation {i + 1}/{spec['gens']}: {seconds[-1]:.1f} s")
+    params = plan["params"]
+    peak = rss_mib()
+    return result | {
+        "median_s": statistics.median(seconds),
+        "seconds": seconds,
+        "peak_rss_mib": peak,
+        "peak_rss_gib": peak / 1024,
+        "peak_rss_bytes_per_param": peak * 2**20 / params,
+        "metrics_first": first_metrics,
+        "metrics_last": {k: float(v) for k, v in metrics.items()},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: spawn the children, tabulate, check the targets, write JSON.
+# --------------------------------------------------------------------------------------------
+
+
+def spawn(spec: dict, args) -> dict:
+    start = time.perf_counter()
+    try:
+        child = spawn_child(__file__, spec, args.timeout, tee_stderr=True)
+    except subprocess.TimeoutExpired:
+        return spec | {"status": "timeout", "error": f"timed out after {args.timeout:g} s"}
+    wall = {"child_wall_s": time.perf_counter() - start, "other_cpu_share": child.other_cpu_share}
+    if child.result is not None:
+        return child.result | wall
+    code = child.proc.returncode
+    if code == -9:
+        status, why = "killed", "killed by SIGKILL (most likely out of memory)"
+    else:
+        status, why = "error", f"exit code {code}"
+    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
+    return spec | wall | {"status": status, "error": f"{why}: {tail}"}
+
+
+def gib(x: float) -> str:
+    return f"{x / GIB:.2f}"
+
+
+def config_cells(r: dict) -> str:
+    return (
+        f"| {r['size']} | {num_params(r['task'], r['n']):,} | {r['task']} | {r['precision']} "
+        f"| {optimizer_label(r['optimizer'])} | {r['P']} "
+    )
+
+
+def format_plans(results: list[dict]) -> str:
+    head = (
+        "| size | params | task | dtype | optimizer | P | argument GiB | temp GiB | output GiB "
+        "| alias GiB | plan GiB | plan bytes/param | eval chunk | compile s |"
+    )
+    rows = [head, "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if r["kind"] != "plan":
+            continue
+        if r["status"] != "ok":
+            rows.append(config_cells(r) + f"| {r['status']}: {first_line(r)} |" + " |" * 7)
+            continue
+        rows.append(
+            config_cells(r) + f"| {gib(r['argument_bytes'])} | {gib(r['temp_bytes'])} "
+            f"| {gib(r['output_bytes'])} | {gib(r['alias_bytes'])} | {r['plan_gib']:.2f} "
+            f"| {r['plan_bytes_per_param']:.1f} | {r['eval_chunk']} | {r['compile_s']:.1f} |"
+        )
+    return "\n".join(rows)
+
+
+def format_runs(results: list[dict]) -> str:
+    head = (
+        "| size | params | task | dtype | optimizer | P | median s/gen | timed gens "
+        "| peak RSS GiB | RSS bytes/param | plan GiB (this P) | fitness mean: first → last |"
+    )
+    rows = [head, "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r["kind"] != "run":
+            continue
+        if r["status"] != "ok":
+            rows.append(config_cells(r) + f"| {r['status']}: {first_line(r)} |" + " |" * 5)
+            continue
+        first, last = r["metrics_first"]["fitness_mean"], r["metrics_last"]["fitness_mean"]
+        rows.append(
+            config_cells(r) + f"| {r['median_s']:.2f} | {len(r['seconds'])} "
+            f"| {r['peak_rss_gib']:.2f} | {r['peak_rss_bytes_per_param']:.1f} "
+            f"| {r['plan_gib']:.2f} | {first:.6g} → {last:.6g} |"
+        )
+    return "\n".join(rows)
+
+
+def first_line(r: dict) -> str:
+    """What went wrong, in a few words: the reason of a skip, else what ended the child."""
+    error = r.get("error", "").split("\n", 1)[0]
+    if r["status"] == "skipped":
+        return error.removeprefix("skipped: ")[:120]
+    return error.split(": ", 1)[0][:80]
+
+
+def target_lines(results: list[dict]) -> list[str]:
+    """The issue's targets: 500M float32 Adam and 1B bf16 single-buffer, per task."""
+    lines = []
+
+    def find(kind, size, precision, optimizers, task, p):
+        for r in results:
+            if (r["kind"], r["size"], r["precision"], r["task"], r["P"]) == (
+                kind,
+                size,
+                precision,
+                task,
+                p,
+            ) and r["optimizer"] in optimizers:
+                return r
+        return None
+
+    def check(r, value, needed, what):
+        if r is None:
+            return None
+        if r["status"] != "ok":
+            return f"{what}: n/a ({r['status']}) (target <= {needed:g})"
+        verdict = "met" if value(r) <= needed else "NOT met"
+        return f"{what}: {value(r):.2f} (target <= {needed:g}): {verdict}"
+
+    for task in TASKS:
+        for size, precision, optimizers, label in (
+            ("500M", "float32", ("adam",), "500M float32 Adam"),
+            ("1B", "bfloat16", ("clipup", "sgd"), "1B bf16 single-buffer"),
+        ):
+            plan = find("plan", size, precision, optimizers, task, PLAN_POPULATION)
+            run = find("run", size, precision, optimizers, task, 64)
+            candidates = [
+                check(plan, lambda r: r["plan_gib"], TARGET_GIB, f"{label} {task} plan P=256 GiB"),
+                check(run, lambda r: r["peak_rss_gib"], TARGET_GIB, f"{label} {task} P=64 RSS GiB"),
+            ]
+            if precision == "float32":
+                candidates.insert(
+                    1,
+                    check(
+                        plan,
+                        lambda r: r["plan_bytes_per_param"],
+                        TARGET_BYTES_PER_PARAM,
+                        f"{label} {task} plan P=256 bytes/param",
+                    ),
+                )
+            lines += [line for line in candidates if line is not None]
+    return lines
+
+
+def parse_args(argv: list[str]):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [parse_size(x) for x in s.split(",")],
+        help=f"comma-separated sizes, e.g. 100M,1B,1B:f32 (default {DEFAULT_SIZES}; "
+        f"quick: {QUICK_SIZES})",
+    )
+    parser.add_argument(
+        "--populations",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[16, 64],
+        help="populations of the measured runs (default 16,64)",
+    )
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="auto")
+    parser.add_argument("--plan-only", action="store_true", help="compile the plans; run nothing")
+    parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, 2 generations")
+    parser.add_argument("--gens", type=int, help="timed generations (3 up to 200M, 2 above)")
+    parser.add_argument("--force", action="store_true", help="run even when the plan won't fit")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per child")
+    parser.add_argument("--out", type=Path, help="JSON results path")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv[1:])
+    if args.child:
+        print_result(run_child(json.loads(args.child)))
+        return
+    if args.sizes is None:
+        args.sizes = [
+            parse_size(x) for x in (QUICK_SIZES if args.quick else DEFAULT_SIZES).split(",")
+        ]
+    if args.out is None:
+        name = "bigmodel_quick" if args.quick else "bigmodel_plan" if args.plan_only else "bigmodel"
+        args.out = RESULTS / f"{name}.json"
+    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=False)
+    configs = [
+        size | {"task": task, "optimizer": optimizer_for(args.optimizer, size["precision"])}
+        for size in sorted(args.sizes, key=lambda s: s["n"])
+        for task in args.tasks
+    ]
+    specs = [c | {"kind": "plan", "P": PLAN_POPULATION} for c in configs]
+    if not args.plan_only:
+        specs += [
+            c
+            | {
+                "kind": "run",
+                "P": p,
+                "gens": args.gens or (2 if args.quick else default_gens(c["n"])),
+            }
+            for c in configs
+            for p in args.populations
+        ]
+    results = []
+    start = time.perf_counter()
+    for i, spec in enumerate(specs):
+        spec |= {"force": args.force}
+        print(f"[{i + 1}/{len(specs)}] {spec['kind']} {name_of(spec)}", file=sys.stderr)
+        result = spawn(spec, args)
+        results.append(result)
+        if result["status"] != "ok":
+            status = f"{result['status']}: {first_line(result)}"
+        elif spec["kind"] == "plan":
+            status = (
+                f"plan {result['plan_gib']:.2f} GiB ({result['plan_bytes_per_param']:.1f} B/param)"
+            )
+        else:
+            status = f"{result['median_s']:.2f} s/gen, peak RSS {result['peak_rss_gib']:.2f} GiB"
+        elapsed = time.perf_counter() - start
+        print(
+            f"    -> {status} (child {result.get('child_wall_s', 0):.0f} s, total {elapsed:.0f} s)",
+            file=sys.stderr,
+        )
+    warnings = []
+    if any(r.get("other_cpu_share", 0) > 0.05 for r in results if r["kind"] == "run"):
+        warnings.append("other processes took > 5% of the CPU during some runs (other_cpu_share)")
+    finish_machine_info(info, warnings)
+    plans, runs = format_plans(results), format_runs(results)
+    targets = target_lines(results)
+    print(json.dumps(info, indent=2))
+    print(plans)
+    if not args.plan_only:
+        print(runs)
+    print("\n".join(targets) or "(the targets concern 500M float32 and 1B bf16 only)")
+    settings = {
+        "sigma": SIGMA,
+        "strategy": "jaxes.open_es(P, 0.05, optimizer=...), defaults otherwise",
+        "optimizers": {name: optimizer_label(name) for name in ("adam", "clipup", "sgd")},
+        "mlp": {"layers": MLP_LAYERS, "batch": MLP_BATCH, "width_multiple": MLP_WIDTH_MULTIPLE},
+        "plan_population": PLAN_POPULATION,
+        "warmup_calls": WARMUP_CALLS,
+        "memory_headroom": MEMORY_HEADROOM,
+    }
+    payload = {
+        "machine": info,
+        "settings": settings,
+        "results": results,
+        "plans_table": plans,
+        "runs_table": runs,
+        "targets": targets,
+    }
+    write_json(args.out, payload)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,119 @@
+"""Members evaluated in chunks, never the whole population at once.
+
+``ask`` returns the whole population (``P × d`` floats), which is what a small model wants. For
+a big model the population does not fit in memory, and it does not need to: every member is
+rebuilt from the key in the state (``strategy.member``), so members can be built and evaluated a
+chunk at a time (``lax.map`` over chunks, ``vmap`` inside one). The chunk is the largest one
+that fits in the strategy's ``memory_budget`` (``strategy.eval_chunk``).
+
+Under ``jit`` the population ``ask`` returns is dead code when only these functions read the
+members, so XLA never builds it::
+
+    _, state = strategy.ask(key, state)
+    fitness = jaxes.evaluate(strategy, state, my_fitness)
+    state, info = strategy.tell(state, fitness)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxes.checks import check_int
+from jaxes.types import Params, Strategy
+
+
+def chunk_size(strategy: Strategy, state, count: int, chunk: int | None = None) -> int:
+    """Members per chunk: ``chunk`` if given (it must divide ``count``), else the strategy's
+    choice under its memory budget (all ``count`` for a strategy without one)."""
+    if chunk is not None:
+        chunk = check_int("chunk_size", chunk, 1, count)
+        if count % chunk:
+            raise ValueError(f"chunk_size: {chunk} does not divide the {count} members evaluated")
+        return chunk
+    if strategy.eval_chunk is None:
+        return count
+    return strategy.eval_chunk(state, count)
+
+
+def map_members(
+    strategy: Strategy,
+    state,
+    batch_fn: Callable[[Params], Any],
+    first=0,
+    count: int | None = None,
+    chunk: int | None = None,
+):
+    """``batch_fn`` over members ``first .. first + count - 1`` of the population the last
+    ``ask`` drew, a chunk of members at a time.
+
+    ``batch_fn(members)`` gets a pytree of members with a leading axis (the chunk) and returns
+    any pytree; the results come back stacked with a leading axis of chunks, ``(n, ...)``.
+    ``first`` may be traced (a device's offset); ``count`` and ``chunk`` are static.
+    """
+    count = strategy.population_size if count is None else check_int("count", count, 1)
+    chunk = chunk_size(strategy, state, count, chunk)
+
+    def run(start):
+        idx = start + jnp.arange(chunk, dtype=jnp.int32)
+        return batch_fn(jax.vmap(lambda i: strategy.member(state, i))(idx))
+
+    starts = first + jnp.arange(0, count, chunk, dtype=jnp.int32)
+    if starts.shape[0] == 1:
+        return jax.tree.map(lambda x: x[None], run(starts[0]))
+    return jax.lax.map(run, starts)
+
+
+def evaluate(
+    strategy: Strategy,
+    state,
+    fitness_fn: Callable[[Params], jax.Array],
+    *,
+    chunk_size: int | None = None,
+) -> jax.Array:
+    """Fitness ``(P,)`` of the population the last ``ask`` drew, evaluated a chunk at a time.
+
+    Args:
+      strategy: the strategy whose ``ask`` produced ``state``.
+      state: the state ``ask`` returned.
+      fitness_fn: one member's params -> a scalar fitness (maximised).
+      chunk_size: members evaluated at once (must divide ``P``); ``None`` takes as many as fit
+        in the strategy's ``memory_budget``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> es = jaxes.open_es(population_size=8, sigma=0.1, memory_budget=64)  # 2 members
+      >>> state = es.init(jax.random.key(0), {"w": jnp.ones(4)})
+      >>> population, state = es.ask(jax.random.key(1), state)
+      >>> fitness = evaluate(es, state, lambda p: -jnp.sum(p["w"] ** 2))
+      >>> reference = jax.vmap(lambda p: -jnp.sum(p["w"] ** 2))(population)  # same members
+      >>> bool(jnp.allclose(fitness, reference, rtol=1e-6))
+      True
+    """
+    out = map_members(strategy, state, jax.vmap(fitness_fn), chunk=chunk_size)
+    if jnp.ndim(out) != 2:
+        raise ValueError(
+            f"fitness_fn: expected a scalar fitness per member, got shape {jnp.shape(out)[2:]}"
+        )
+    return out.reshape(-1)
+
+
+def evaluate_task(strategy: Strategy, state, task, key, task_state, first=0, count=None):
+    """A ``Task``'s ``evaluate`` over members ``first .. first + count - 1`` in chunks:
+    ``(fitness, member_stats, info)`` as if the task had seen all of them at once (fitness and
+    stats in member order, info summed)."""
+    fitness, stats, info = map_members(
+        strategy,
+        state,
+        lambda members: task.evaluate(key, members, task_state),
+        first,
+        count,
+    )
+
+    def merge(x):
+        return x.reshape((-1,) + x.shape[2:])
+
+    return merge(fitness), jax.tree.map(merge, stats), jax.tree.map(lambda x: x.sum(0), info)
