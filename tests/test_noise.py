@@ -25,7 +25,8 @@ def test_tell_rebuilds_exactly_the_noise_ask_used(recipe):
     state = recipe.source.init(jax.random.key(0), LIKE)
     # At θ = 0 and σ = 1 each member *is* its signed perturbation, with no rounding.
     population = recipe.population(state, key, LIKE, 1.0)
-    rebuilt, _ = recipe.moments(state, key, LIKE, 1.0, jnp.eye(P))
+    rows, _ = recipe.moments(state, key, LIKE, 1.0, jnp.eye(P))
+    rebuilt = jax.tree.map(lambda *r: jnp.stack(r), *rows)
     for a, b in zip(jax.tree.leaves(rebuilt), jax.tree.leaves(population), strict=True):
         np.testing.assert_array_equal(a, b)
     for i in range(P):

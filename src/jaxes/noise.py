@@ -41,6 +41,8 @@ from jaxes.types import Params, PRNGKey
 
 NoiseState = Any
 _HIGHEST = jax.lax.Precision.HIGHEST
+# Up to this many bases per chunk ``moments`` sums with unrolled multiply-adds, not a dot.
+_FUSED_MAX_BATCH = 4
 # 64 MiB of members (evaluation) or of rebuilt noise (tell) in flight at once.
 DEFAULT_MEMORY_BUDGET = 64 * 2**20
 
@@ -398,22 +400,23 @@ class Perturbations:
         coeffs: jax.Array,
         square_coeffs: jax.Array | None = None,
         dtypes: Params | None = None,
-    ) -> tuple[Params, Params | None]:
+    ) -> tuple[list[Params], list[Params] | None]:
         """``Σ_i coeffs[k, i] δ_i`` and ``Σ_i square_coeffs[k, i] δ_i²`` for each row ``k``, with
-        ``δ_i`` the displacement member ``i`` had: master-dtype leaves shaped ``(K, ...)``.
+        ``δ_i`` the displacement member ``i`` had: a list of ``K`` master-dtype pytrees each.
 
         For float32 members ``δ_i = s_i σ ε_{j(i)}``; pairs are folded first
         (``(c_{2j} - c_{2j+1}) ε_j``), so a constant coefficient row sums to exactly zero.
         Members rounded to a narrower dtype (bfloat16) had ``δ_i = x_i - θ``, computed in
         float32 from the rebuilt member, so the sums describe what was evaluated. The noise is
-        rebuilt ``tell_chunk`` bases at a time.
+        rebuilt ``tell_chunk`` bases at a time; each row is its own running sum, so no
+        ``(K, d)`` block is ever sliced or copied.
         """
         dtypes = params if dtypes is None else dtypes
-        rows = [self._check(coeffs)]
+        groups = [self._check(coeffs)]
         if square_coeffs is not None:
-            rows.append(self._check(square_coeffs))
-        plus = [c[:, 0::2] if self.antithetic else c for c in rows]
-        minus = [c[:, 1::2] if self.antithetic else None for c in rows]
+            groups.append(self._check(square_coeffs))
+        plus = [c[:, 0::2] if self.antithetic else c for c in groups]
+        minus = [c[:, 1::2] if self.antithetic else None for c in groups]
         folded = [
             p if m is None else p + sign * m
             for p, m, sign in zip(plus, minus, (-1.0, 1.0), strict=False)
@@ -434,7 +437,13 @@ class Perturbations:
         plus, minus, folded = ([pad(c) for c in cs] for cs in (plus, minus, folded))
 
         def weighted(c, e):
-            return jnp.tensordot(c, e, axes=(1, 0), precision=_HIGHEST)
+            """``[Σ_b c[k, b] e[b] for k]``."""
+            if batch > _FUSED_MAX_BATCH:
+                out = jnp.tensordot(c, e, axes=(1, 0), precision=_HIGHEST)
+                return [out[k] for k in range(c.shape[0])]
+            # A few bases at a time (a big model): unrolled multiply-adds that XLA fuses with
+            # reading the noise and adding into the running sums, so no chunk is stored.
+            return [sum(c[k, b] * e[b] for b in range(e.shape[0])) for k in range(c.shape[0])]
 
         def chunk_sums(start):
             def take(c):
@@ -459,20 +468,18 @@ class Perturbations:
                     member = x + jnp.float32(sign) * (s * e)
                     return member.astype(t).astype(jnp.float32) - x
 
-                # Σ_b c[k, b] δ_b written as a fused multiply-reduce (no dot), so XLA builds the
-                # rounded members inside the reduction instead of storing them.
-                def fused(c, d):
-                    return jnp.sum(c.reshape(c.shape + (1,) * (d.ndim - 1)) * d[None], axis=1)
+                def add(a, b):
+                    return [u + v for u, v in zip(a, b, strict=True)]
 
                 d_plus = realised(1.0)
-                first = fused(cp[0], d_plus)
-                second = fused(cp[1], jnp.square(d_plus)) if len(cp) > 1 else None
+                sums = [weighted(cp[0], d_plus)]
+                if len(cp) > 1:
+                    sums.append(weighted(cp[1], jnp.square(d_plus)))
                 if self.antithetic:
                     d_minus = realised(-1.0)
-                    first = first + fused(cm[0], d_minus)
-                    if second is not None:
-                        second = second + fused(cm[1], jnp.square(d_minus))
-                sums = [first] if second is None else [first, second]
+                    sums[0] = add(sums[0], weighted(cm[0], d_minus))
+                    if len(cm) > 1:
+                        sums[1] = add(sums[1], weighted(cm[1], jnp.square(d_minus)))
                 out.append(sums)
             return out
 
@@ -480,7 +487,7 @@ class Perturbations:
             total = chunk_sums(0)
         else:
             zeros = [
-                [jnp.zeros((c.shape[0],) + jnp.shape(x), jnp.float32) for c in folded]
+                [[jnp.zeros(jnp.shape(x), jnp.float32)] * c.shape[0] for c in folded]
                 for x in leaves
             ]
 
@@ -489,15 +496,18 @@ class Perturbations:
 
             total, _ = jax.lax.scan(body, zeros, jnp.arange(n_chunks) * batch)
         # Nominal leaves summed ε; scale by σ (and σ² for squares) once, at the end.
-        firsts, squares = [], []
-        for parts, s, r, x in zip(total, sig, rounded, leaves, strict=True):
-            mdt = master_dtype(x.dtype)
-            scale = jnp.asarray(1.0 if r else s, jnp.float32)
-            firsts.append((parts[0] * scale).astype(mdt))
-            if len(parts) > 1:
-                squares.append((parts[1] * (scale if r else jnp.square(scale))).astype(mdt))
-        first_tree = treedef.unflatten(firsts)
-        return first_tree, (treedef.unflatten(squares) if squares else None)
+        kinds = []
+        for kind in range(len(groups)):
+            rows = []
+            for k in range(groups[kind].shape[0]):
+                row = []
+                for parts, s, r, x in zip(total, sig, rounded, leaves, strict=True):
+                    scale = jnp.asarray(1.0 if r else s, jnp.float32)
+                    scale = scale if kind == 0 or r else jnp.square(scale)
+                    row.append((parts[kind][k] * scale).astype(master_dtype(x.dtype)))
+                rows.append(treedef.unflatten(row))
+            kinds.append(rows)
+        return kinds[0], (kinds[1] if len(kinds) > 1 else None)
 
     def _check(self, coeffs) -> jax.Array:
         coeffs = jnp.asarray(coeffs, jnp.float32)

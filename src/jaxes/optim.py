@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxes import centroid
-from jaxes.checks import check_positive
+from jaxes.checks import check_below, check_positive
 
 
 class ClipUpState(NamedTuple):
@@ -38,8 +38,7 @@ def clipup(
     step_size = check_positive("step_size", step_size)
     max_speed = 2.0 * step_size if max_speed is None else check_positive("max_speed", max_speed)
     momentum = check_positive("momentum", momentum, allow_zero=True)
-    if momentum >= 1.0:
-        raise ValueError(f"momentum: expected a number in [0, 1), got {momentum!r}")
+    check_below("momentum", momentum, 1.0, "[0, 1)")
 
     def init(params):
         return ClipUpState(jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), params))

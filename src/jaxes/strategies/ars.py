@@ -166,9 +166,9 @@ def ars(
 
     def tell(state: ARSState, fitness):
         direction, stats = estimate(state, fitness)
-        params, opt_state = common.optimizer_step(optimizer, state, direction)
+        step, opt_state = common.optimizer_step(optimizer, state, direction)
         return common.finish_tell(
-            state, fitness, params, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
+            state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
     return common.make_strategy(perturbations, init, ask, tell, member, estimate)

@@ -177,15 +177,12 @@ def population_moments(
         state.dtypes,
     )
 
-    def row(tree, k):
-        if tree is None:
+    def row(rows, k):
+        if rows is None:
             return None
-        if k < tree_rows(tree):
-            return jax.tree.map(lambda g: g[k], tree)
-        return jax.tree.map(lambda g: jnp.zeros_like(g[0]), tree)
-
-    def tree_rows(tree):
-        return jax.tree.leaves(tree)[0].shape[0]
+        if k < len(rows):
+            return rows[k]
+        return jax.tree.map(jnp.zeros_like, rows[0])
 
     return centroid.PopulationMoments(
         total_mass=jnp.sum(mass),
@@ -227,7 +224,7 @@ class StrategyInfo(NamedTuple):
       applied: whether the update was applied. False when the fitness carried no ranking
         (fewer than two distinct finite values: all equal, or all NaN), which leaves every
         strategy's search state as it was, and when ``tell`` had no pending ``ask``.
-      update_norm: ``‖θ' - θ‖``.
+      update_norm: ``‖θ' - θ‖``, the norm of the step taken (0 when not applied).
       com_displacement_norm: ``‖M - θ‖`` (reward-weighted centre of mass from the model).
       centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with float32 antithetic pairs).
       total_mass: ``Σ m_i``.
@@ -251,7 +248,7 @@ class BestMember(NamedTuple):
     """How to rebuild the best member seen so far, without storing it.
 
     Attributes:
-      key: the ``ask`` key of its population.
+      key: the ``ask`` key of its population, as raw threefry key data (``uint32[2]``).
       index: its index in that population.
       centre: θ of that population (``None`` with ``track_best=False``).
       scale: the perturbation scale of that population (``None`` with ``track_best=False``).
@@ -290,7 +287,7 @@ def common_fields(
         "fitness": jnp.full((p,), jnp.nan, jnp.float32),
         "best_fitness": jnp.full((), -jnp.inf, jnp.float32),
         "best": BestMember(
-            key=ask_key,
+            key=jax.random.key_data(ask_key),
             index=jnp.zeros((), jnp.int32),
             centre=jax.tree.map(jnp.zeros_like, master) if track_best else None,
             scale=jax.tree.map(jnp.zeros_like, scale) if track_best else None,
@@ -333,10 +330,11 @@ def build_member(perturbations, noise_state, key, i, params, scale, dtypes):
     fitness shaping ranks worst, instead of a member no ``tell`` would rebuild."""
     i = check_member_index(i, perturbations.population_size)
     p = perturbations.population_size
-    inside = (i >= 0) & (i < p)
     member = perturbations.member(noise_state, key, jnp.clip(i, 0, p - 1), params, scale, dtypes)
     if isinstance(i, jax.core.Tracer):
-        member = jax.tree.map(lambda x: jnp.where(inside, x, jnp.nan).astype(x.dtype), member)
+        # A scalar 0 or NaN added to every entry: fused into whatever reads the member.
+        offset = jnp.where((i >= 0) & (i < p), 0.0, jnp.nan)
+        member = jax.tree.map(lambda x: x + offset.astype(x.dtype), member)
     return member
 
 
@@ -348,8 +346,9 @@ def best_params(perturbations, state):
             "best_params: this strategy was built with track_best=False, so it keeps only the "
             "best fitness; build it with track_best=True to rebuild the best member"
         )
+    key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
     return perturbations.member(
-        state.noise_state, best.key, best.index, best.centre, best.scale, state.dtypes
+        state.noise_state, key, best.index, best.centre, best.scale, state.dtypes
     )
 
 
@@ -361,9 +360,11 @@ def informative(fitness: jax.Array) -> jax.Array:
     return high > low
 
 
-def strategy_info(fitness, best_fitness, applied, old_params, new_params, moments, sigma):
+def strategy_info(fitness, best_fitness, applied, step, moments, sigma):
     """``StrategyInfo`` for one ``tell``."""
     f_mean, f_max, f_min = finite_stats(fitness)
+    positive = moments.total_mass > 0
+    safe_total = jnp.where(positive, moments.total_mass, 1.0)
     sig_leaves = jax.tree.leaves(sigma)
     mean_sigma = sum(jnp.sum(x) for x in sig_leaves) / sum(jnp.size(x) for x in sig_leaves)
     return StrategyInfo(
@@ -373,9 +374,12 @@ def strategy_info(fitness, best_fitness, applied, old_params, new_params, moment
         best_fitness=best_fitness,
         num_finite=jnp.sum(jnp.isfinite(fitness)).astype(jnp.int32),
         applied=applied,
-        update_norm=centroid.tree_norm(jax.tree.map(jnp.subtract, new_params, old_params)),
-        com_displacement_norm=centroid.tree_norm(centroid.centre_of_mass(moments)),
-        centroid_offset_norm=centroid.tree_norm(centroid.plain_centroid(moments)),
+        update_norm=centroid.tree_norm(step),
+        # Norms of the summed moments, scaled after: no parameter-sized M - θ or c - θ is built.
+        com_displacement_norm=jnp.where(
+            positive, centroid.tree_norm(moments.mass_moment) / safe_total, 0.0
+        ),
+        centroid_offset_norm=centroid.tree_norm(moments.displacement_sum) / moments.count,
         total_mass=moments.total_mass,
         sigma=jnp.asarray(mean_sigma, jnp.float32),
     )
@@ -385,14 +389,16 @@ def _select(condition, new, old):
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
 
 
-def finish_tell(state, fitness, params, moments, info_sigma, scale, **changes):
+def finish_tell(state, fitness, step, moments, info_sigma, scale, **changes):
     """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
 
-    ``scale`` is the perturbation scale the told population was built with (kept in the
-    best-member recipe); ``info_sigma`` is the σ reported in the info; ``changes`` are the
-    strategy's own new state fields (σ, optimizer state, paths, ...). The update (``params``
-    and ``changes``) is applied only when the fitness is informative and an ``ask`` was
-    pending; a ``tell`` without a pending ``ask`` changes nothing at all.
+    ``step`` is the change of θ (a pytree like the params); ``scale`` is the perturbation
+    scale the told population was built with (kept in the best-member recipe); ``info_sigma``
+    is the σ reported in the info; ``changes`` are the strategy's own new state fields (σ,
+    optimizer state, paths, ...). The update (``step`` and ``changes``) is applied only when
+    the fitness is informative and an ``ask`` was pending; a ``tell`` without a pending
+    ``ask`` changes nothing at all. θ' = θ + step is written elementwise from θ and the step,
+    so XLA can update a donated θ in place.
     """
     fitness = jnp.asarray(fitness)
     pending = state.pending
@@ -402,15 +408,16 @@ def finish_tell(state, fitness, params, moments, info_sigma, scale, **changes):
     improved = pending & (ranked[best_i] > state.best_fitness)
     best = state.best
     best = BestMember(
-        key=jax.lax.select(improved, state.key, best.key),
+        key=jnp.where(improved, jax.random.key_data(state.key), best.key),
         index=jnp.where(improved, best_i, best.index),
         centre=None if best.centre is None else _select(improved, state.params, best.centre),
         scale=None if best.scale is None else _select(improved, scale, best.scale),
     )
     best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
-    params = _select(applied, params, state.params)
+    step = jax.tree.map(lambda u: jnp.where(applied, u, jnp.zeros_like(u)), step)
+    params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
     kept = {name: _select(applied, value, getattr(state, name)) for name, value in changes.items()}
-    info = strategy_info(fitness, best_fitness, applied, state.params, params, moments, info_sigma)
+    info = strategy_info(fitness, best_fitness, applied, step, moments, info_sigma)
     new_state = state._replace(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
@@ -467,11 +474,9 @@ def check_optimizer(optimizer, default: Callable[[], optax.GradientTransformatio
 
 def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     """One optax step along the ascent direction (optax minimises, so it gets ``-ascent``) on
-    the float32 master params; returns the new params and optimizer state."""
+    the float32 master params; returns the step of θ and the new optimizer state."""
     descent = jax.tree.map(jnp.negative, ascent)
-    updates, opt_state = optimizer.update(descent, state.opt_state, state.params)
-    params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, updates)
-    return params, opt_state
+    return optimizer.update(descent, state.opt_state, state.params)
 
 
 def make_strategy(perturbations, init, ask, tell, member, estimate) -> Strategy:

@@ -158,9 +158,9 @@ def open_es(
     def tell(state: OpenESState, fitness):
         direction, stats = estimate(state, fitness)
         ascent = jax.tree.map(lambda g, x: g - l2 * x, direction, state.params)
-        params, opt_state = common.optimizer_step(optimizer, state, ascent)
+        step, opt_state = common.optimizer_step(optimizer, state, ascent)
         return common.finish_tell(
-            state, fitness, params, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
+            state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
     return common.make_strategy(perturbations, init, ask, tell, member, estimate)

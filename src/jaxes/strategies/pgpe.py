@@ -143,11 +143,11 @@ def pgpe(
 
     def tell(state: PGPEState, fitness):
         direction, stats = estimate(state, fitness)
-        params, opt_state = common.optimizer_step(optimizer, state, direction)
+        step, opt_state = common.optimizer_step(optimizer, state, direction)
         return common.finish_tell(
             state,
             fitness,
-            params,
+            step,
             stats.moments,
             state.sigma,
             state.sigma,

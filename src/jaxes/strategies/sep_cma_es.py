@@ -186,9 +186,7 @@ def sep_cma_es(
         k = cma_constants(n, mu)
         # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
         y_w = centroid.centre_of_mass(y_moments)
-        params = jax.tree.map(
-            lambda x, y: (x + c_m * state.sigma * y).astype(x.dtype), state.params, y_w
-        )
+        step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
         z_w = jax.tree.map(
             lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
             y_w,
@@ -230,7 +228,7 @@ def sep_cma_es(
         return common.finish_tell(
             state,
             fitness,
-            params,
+            step,
             moments,
             scale(state),
             scale(state),

@@ -142,11 +142,10 @@ def snes(
 
     def tell(state: SNESState, fitness):
         direction, stats = estimate(state, fitness)
-        params = jax.tree.map(lambda x, d: (x + d).astype(x.dtype), state.params, direction)
         return common.finish_tell(
             state,
             fitness,
-            params,
+            direction,
             stats.moments,
             state.sigma,
             state.sigma,
