@@ -46,18 +46,26 @@ def map_members(
     first=0,
     count: int | None = None,
     chunk: int | None = None,
+    first_is_even: bool | None = None,
 ):
     """``batch_fn`` over members ``first .. first + count - 1`` of the population the last
     ``ask`` drew, a chunk of members at a time.
 
     ``batch_fn(members)`` gets a pytree of members with a leading axis (the chunk) and returns
     any pytree; the results come back stacked with a leading axis of chunks, ``(n, ...)``.
-    ``first`` may be traced (a device's offset); ``count`` and ``chunk`` are static.
+    ``first`` may be traced (a device's offset); ``count`` and ``chunk`` are static. When
+    ``first`` is even (known from a concrete ``first``, or promised by ``first_is_even``) and
+    the chunk is even, antithetic pairs are built together from one read of their noise.
     """
     count = strategy.population_size if count is None else check_int("count", count, 1)
     chunk = chunk_size(strategy, state, count, chunk)
+    if first_is_even is None:
+        first_is_even = isinstance(first, int) and first % 2 == 0
+    paired = strategy.members is not None and first_is_even and chunk % 2 == 0
 
     def run(start):
+        if paired:
+            return batch_fn(strategy.members(state, start, chunk))
         idx = start + jnp.arange(chunk, dtype=jnp.int32)
         return batch_fn(jax.vmap(lambda i: strategy.member(state, i))(idx))
 
@@ -101,7 +109,9 @@ def evaluate(
     return out.reshape(-1)
 
 
-def evaluate_task(strategy: Strategy, state, task, key, task_state, first=0, count=None):
+def evaluate_task(
+    strategy: Strategy, state, task, key, task_state, first=0, count=None, first_is_even=None
+):
     """A ``Task``'s ``evaluate`` over members ``first .. first + count - 1`` in chunks:
     ``(fitness, member_stats, info)`` as if the task had seen all of them at once (fitness and
     stats in member order, info summed)."""
@@ -111,6 +121,7 @@ def evaluate_task(strategy: Strategy, state, task, key, task_state, first=0, cou
         lambda members: task.evaluate(key, members, task_state),
         first,
         count,
+        first_is_even=first_is_even,
     )
 
     def merge(x):

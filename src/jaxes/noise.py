@@ -43,6 +43,8 @@ NoiseState = Any
 _HIGHEST = jax.lax.Precision.HIGHEST
 # Up to this many bases per chunk ``moments`` sums with unrolled multiply-adds, not a dot.
 _FUSED_MAX_BATCH = 4
+# A chunk of rebuilt noise up to this size is summed with one dot (it stays in cache).
+_DOT_MAX_BYTES = 4 * 2**20
 # 64 MiB of members (evaluation) or of rebuilt noise (tell) in flight at once.
 DEFAULT_MEMORY_BUDGET = 64 * 2**20
 
@@ -358,7 +360,12 @@ class Perturbations:
             math.prod(jnp.shape(x)) * 4 * (1 + squares)
             for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(dtypes), strict=True)
         )
-        return min(self._fit("perturbation", per_base), self.num_base)
+        batch = min(self._fit("perturbation", per_base), self.num_base)
+        if batch * per_base > _DOT_MAX_BYTES:
+            # Too big for the cache: sum a few bases at a time with fused multiply-adds, so the
+            # noise is read once from the table and never written back.
+            return min(batch, _FUSED_MAX_BATCH)
+        return batch
 
     def base(self, noise_state, key, j, like: Params) -> Params:
         """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
@@ -381,6 +388,22 @@ class Perturbations:
         group = self._members_of_base(noise_state, key, j, params, sigma, dtypes)
         return jax.tree.map(lambda g: g[slot], group)
 
+    def members(
+        self, noise_state, key, first, count: int, params: Params, sigma, dtypes=None
+    ) -> Params:
+        """Members ``first .. first + count - 1`` (leading axis ``count``), each bit-identical to
+        ``member``. With antithetic pairs, an even ``first`` (it may be traced) and an even
+        ``count``, each pair is built from one read of its noise."""
+        if self.antithetic and count % 2 == 0:
+            j = first // 2 + jnp.arange(count // 2)
+            groups = jax.vmap(
+                lambda b: self._members_of_base(noise_state, key, b, params, sigma, dtypes)
+            )(j)
+            return jax.tree.map(lambda g: g.reshape((count,) + g.shape[2:]), groups)
+        return jax.vmap(lambda i: self.member(noise_state, key, i, params, sigma, dtypes))(
+            first + jnp.arange(count)
+        )
+
     def population(self, noise_state, key, params: Params, sigma, dtypes=None) -> Params:
         """All ``P`` members, interleaved ``+ε_0, -ε_0, +ε_1, ...`` when antithetic (one draw
         per pair)."""
@@ -388,7 +411,9 @@ class Perturbations:
         def group(j):
             return self._members_of_base(noise_state, key, j, params, sigma, dtypes)
 
-        groups = jax.vmap(group)(jnp.arange(self.num_base))
+        # One base after another (lax.map), not vmap: each table window is then a contiguous
+        # dynamic slice instead of one big element-wise gather (measured 1.8x faster on CPU).
+        groups = jax.lax.map(group, jnp.arange(self.num_base))
         return jax.tree.map(lambda g: g.reshape((self.population_size,) + g.shape[2:]), groups)
 
     def moments(
@@ -443,30 +468,46 @@ class Perturbations:
                 return [out[k] for k in range(c.shape[0])]
             # A few bases at a time (a big model): unrolled multiply-adds that XLA fuses with
             # reading the noise and adding into the running sums, so no chunk is stored.
-            return [sum(c[k, b] * e[b] for b in range(e.shape[0])) for k in range(c.shape[0])]
+            return [sum(c[k, b] * e[b] for b in range(len(e))) for k in range(c.shape[0])]
+
+        def per_base(fn, e):
+            """``fn`` of a stacked block of bases, or of each base in a list of them."""
+            return [fn(b) for b in e] if isinstance(e, list) else fn(e)
 
         def chunk_sums(start):
             def take(c):
                 return None if c is None else jax.lax.dynamic_slice_in_dim(c, start, batch, 1)
 
             cp, cm, cf = ([take(c) for c in cs] for cs in (plus, minus, folded))
-            idx = start + jnp.arange(batch)
-            eps = jax.vmap(lambda j: treedef.flatten_up_to(self.base(noise_state, key, j, params)))(
-                idx
-            )
+            if batch > _FUSED_MAX_BATCH:
+                idx = start + jnp.arange(batch)
+                eps = jax.vmap(
+                    lambda j: treedef.flatten_up_to(self.base(noise_state, key, j, params))
+                )(idx)
+            else:
+                # A few bases, each its own slice of the table: XLA reads them inside the fused
+                # multiply-adds below (a vmap would gather them into a stored block first).
+                draws = [
+                    treedef.flatten_up_to(self.base(noise_state, key, start + b, params))
+                    for b in range(batch)
+                ]
+                eps = [list(leaf) for leaf in zip(*draws, strict=True)]
             out = []
             for x, s, e, r, t in zip(leaves, sig, eps, rounded, out_dtypes, strict=True):
                 if not r:
                     sums = [weighted(cf[0], e)]
                     if len(cf) > 1:
-                        sums.append(weighted(cf[1], jnp.square(e)))
+                        sums.append(weighted(cf[1], per_base(jnp.square, e)))
                     out.append(sums)
                     continue
                 theta = x.astype(jnp.float32)
 
                 def realised(sign, x=theta, s=s, e=e, t=t):
-                    member = x + jnp.float32(sign) * (s * e)
-                    return member.astype(t).astype(jnp.float32) - x
+                    def one(b):
+                        member = x + jnp.float32(sign) * (s * b)
+                        return member.astype(t).astype(jnp.float32) - x
+
+                    return per_base(one, e)
 
                 def add(a, b):
                     return [u + v for u, v in zip(a, b, strict=True)]
@@ -474,12 +515,12 @@ class Perturbations:
                 d_plus = realised(1.0)
                 sums = [weighted(cp[0], d_plus)]
                 if len(cp) > 1:
-                    sums.append(weighted(cp[1], jnp.square(d_plus)))
+                    sums.append(weighted(cp[1], per_base(jnp.square, d_plus)))
                 if self.antithetic:
                     d_minus = realised(-1.0)
                     sums[0] = add(sums[0], weighted(cm[0], d_minus))
                     if len(cm) > 1:
-                        sums[1] = add(sums[1], weighted(cm[1], jnp.square(d_minus)))
+                        sums[1] = add(sums[1], weighted(cm[1], per_base(jnp.square, d_minus)))
                 out.append(sums)
             return out
 

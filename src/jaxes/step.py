@@ -73,7 +73,14 @@ def generation_step(
         _, strategy_state = strategy.ask(ask_key, ts.strategy_state)
         first = 0 if axis_name is None else jax.lax.axis_index(axis_name) * per_shard
         fitness, stats, rollout = evaluation.evaluate_task(
-            strategy, strategy_state, task, eval_key, ts.task_state, first, per_shard
+            strategy,
+            strategy_state,
+            task,
+            eval_key,
+            ts.task_state,
+            first,
+            per_shard,
+            first_is_even=per_shard % 2 == 0,
         )
         if axis_name is not None:
             fitness = jax.lax.all_gather(fitness, axis_name, tiled=True)

@@ -39,6 +39,9 @@ class Strategy(NamedTuple):
         from its recipe (``None`` for a strategy that does not track it).
       eval_chunk: ``eval_chunk(state, members) -> int``, how many of ``members`` members to
         evaluate at once under the strategy's memory budget (a static int; ``None``: all).
+      members: ``members(state, first, count) -> population``, ``count`` consecutive members
+        from an even ``first`` (it may be traced), bit-identical to ``member`` but building
+        an antithetic pair from one read of its noise (``None``: ``vmap`` over ``member``).
     """
 
     init: Callable[[PRNGKey, Params], State]
@@ -49,6 +52,7 @@ class Strategy(NamedTuple):
     population_size: int
     best_params: Callable[[State], Params] | None = None
     eval_chunk: Callable[[State, int], int] | None = None
+    members: Callable[[State, Any, int], Population] | None = None
 
 
 class Task(NamedTuple):

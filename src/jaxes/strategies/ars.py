@@ -129,25 +129,6 @@ def ars(
         fields = common.common_fields(perturbations, key, params, nu_at(0), track_best)
         return ARSState(opt_state=optimizer.init(fields["params"]), **fields)
 
-    def ask(key: jax.Array, state: ARSState):
-        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
-        population = perturbations.population(
-            state.noise_state, state.key, state.params, nu_at(state.generation), state.dtypes
-        )
-        return population, state
-
-    def member(state: ARSState, i) -> Params:
-        common.check_state(state, ARSState, "ars", p)
-        return common.build_member(
-            perturbations,
-            state.noise_state,
-            state.key,
-            i,
-            state.params,
-            nu_at(state.generation),
-            state.dtypes,
-        )
-
     def estimate(state: ARSState, fitness):
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
         common.check_state(state, ARSState, "ars", p)
@@ -171,4 +152,6 @@ def ars(
             state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
-    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
+    return common.make_strategy(
+        perturbations, ARSState, "ars", lambda state: nu_at(state.generation), init, tell, estimate
+    )

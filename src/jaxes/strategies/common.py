@@ -479,31 +479,13 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     return optimizer.update(descent, state.opt_state, state.params)
 
 
-def make_strategy(perturbations, init, ask, tell, member, estimate) -> Strategy:
-    """The ``Strategy`` tuple, with the best-member rebuild and the evaluation chunk size that
-    every strategy shares."""
-
-    def best(state):
-        return best_params(perturbations, state)
-
-    def eval_chunk(state, members: int = 0) -> int:
-        return perturbations.eval_chunk(state.params, state.dtypes, members)
-
-    return Strategy(
-        init=init,
-        ask=ask,
-        tell=tell,
-        member=member,
-        estimate=estimate,
-        population_size=perturbations.population_size,
-        best_params=best,
-        eval_chunk=eval_chunk,
-    )
-
-
-def ask_and_member(perturbations, state_type: type, strategy: str, scale_of: Callable):
-    """``ask`` and ``member`` of a strategy whose perturbation scale is a function of its
-    state (``scale_of(state)``: σ per coordinate, or σ·√C for CMA)."""
+def make_strategy(
+    perturbations, state_type: type, strategy: str, scale_of: Callable, init, tell, estimate
+) -> Strategy:
+    """The ``Strategy`` tuple: a strategy's own ``init``, ``tell`` and ``estimate``, plus what
+    every strategy shares, built from ``scale_of(state)`` (the scale members are built with:
+    σ, σ per coordinate, or σ·√C for CMA): ``ask``, ``member``, ``members``, the best-member
+    rebuild and the evaluation chunk size."""
     p = perturbations.population_size
 
     def ask(key, state):
@@ -525,4 +507,25 @@ def ask_and_member(perturbations, state_type: type, strategy: str, scale_of: Cal
             state.dtypes,
         )
 
-    return ask, member
+    def members(state, first, count: int):
+        return perturbations.members(
+            state.noise_state, state.key, first, count, state.params, scale_of(state), state.dtypes
+        )
+
+    def best(state):
+        return best_params(perturbations, state)
+
+    def eval_chunk(state, members: int = 0) -> int:
+        return perturbations.eval_chunk(state.params, state.dtypes, members)
+
+    return Strategy(
+        init=init,
+        ask=ask,
+        tell=tell,
+        member=member,
+        estimate=estimate,
+        population_size=p,
+        best_params=best,
+        eval_chunk=eval_chunk,
+        members=members,
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from jaxes import centroid
@@ -125,26 +124,6 @@ def open_es(
         fields = common.common_fields(perturbations, key, params, sigma_at(0), track_best)
         return OpenESState(opt_state=optimizer.init(fields["params"]), **fields)
 
-    def ask(key: jax.Array, state: OpenESState):
-        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
-        sig = sigma_at(state.generation)
-        population = perturbations.population(
-            state.noise_state, state.key, state.params, sig, state.dtypes
-        )
-        return population, state
-
-    def member(state: OpenESState, i) -> Params:
-        common.check_state(state, OpenESState, "open_es", p)
-        return common.build_member(
-            perturbations,
-            state.noise_state,
-            state.key,
-            i,
-            state.params,
-            sigma_at(state.generation),
-            state.dtypes,
-        )
-
     def estimate(state: OpenESState, fitness):
         common.check_state(state, OpenESState, "open_es", p)
         fitness = common.check_fitness(fitness, p)
@@ -163,4 +142,12 @@ def open_es(
             state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
         )
 
-    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
+    return common.make_strategy(
+        perturbations,
+        OpenESState,
+        "open_es",
+        lambda state: sigma_at(state.generation),
+        init,
+        tell,
+        estimate,
+    )

@@ -124,8 +124,6 @@ def pgpe(
         fields = common.common_fields(perturbations, key, params, sigmas, track_best)
         return PGPEState(sigma=sigmas, opt_state=optimizer.init(fields["params"]), **fields)
 
-    ask, member = common.ask_and_member(perturbations, PGPEState, "pgpe", lambda s: s.sigma)
-
     def estimate(state: PGPEState, fitness):
         """Ascent direction of the mean, ``m̄ (M - c)``."""
         common.check_state(state, PGPEState, "pgpe", p)
@@ -155,7 +153,9 @@ def pgpe(
             opt_state=opt_state,
         )
 
-    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
+    return common.make_strategy(
+        perturbations, PGPEState, "pgpe", lambda state: state.sigma, init, tell, estimate
+    )
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:

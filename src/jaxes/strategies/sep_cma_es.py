@@ -161,8 +161,6 @@ def sep_cma_es(
             **fields,
         )
 
-    ask, member = common.ask_and_member(perturbations, SepCMAState, "sep_cma_es", scale)
-
     def weigh(state: SepCMAState, fitness):
         """Recombination weights and the moments of ``y_i = δ_i / σ`` (displacements in units
         of σ)."""
@@ -238,4 +236,6 @@ def sep_cma_es(
             path_c=path_c,
         )
 
-    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
+    return common.make_strategy(
+        perturbations, SepCMAState, "sep_cma_es", scale, init, tell, estimate
+    )

@@ -123,8 +123,6 @@ def snes(
         fields = common.common_fields(perturbations, key, params, sigmas, track_best)
         return SNESState(sigma=sigmas, **fields)
 
-    ask, member = common.ask_and_member(perturbations, SNESState, "snes", lambda s: s.sigma)
-
     def estimate(state: SNESState, fitness):
         """The mean's step ``η_μ P m̄ (M - c)``."""
         common.check_state(state, SNESState, "snes", p)
@@ -152,7 +150,9 @@ def snes(
             sigma=sigma_update(stats.moments, state.sigma, eta_sigma(state.params)),
         )
 
-    return common.make_strategy(perturbations, init, ask, tell, member, estimate)
+    return common.make_strategy(
+        perturbations, SNESState, "snes", lambda state: state.sigma, init, tell, estimate
+    )
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:
