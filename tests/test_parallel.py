@@ -47,7 +47,9 @@ def shard_mapped(task, strategy=STRATEGY):
 
 def pmapped(task):
     # A user's loop: replicate the state, pmap the per-device step with an axis name.
-    pstep = jax.pmap(parallel.local_step(STRATEGY, task, N, "devices"), axis_name="devices")
+    pstep = jax.pmap(
+        parallel.local_step(STRATEGY, task, N, "devices"), axis_name="devices", donate_argnums=0
+    )
     state = train.init_state(STRATEGY, task, seed=0)
     state = jax.tree.map(lambda x: jnp.stack([x] * N), state)
     for _ in range(GENERATIONS):
