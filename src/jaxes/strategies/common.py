@@ -274,7 +274,7 @@ def common_fields(
     """
     params = noise_lib.check_params(params)
     dtypes = jax.tree.map(lambda x: jnp.zeros((), x.dtype), params)
-    master = jax.tree.map(lambda x: x.astype(noise_lib.master_dtype(x.dtype)), params)
+    master = master_params(params)
     table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
     p = perturbations.population_size
     return {
@@ -293,6 +293,13 @@ def common_fields(
             scale=jax.tree.map(jnp.zeros_like, scale) if track_best else None,
         ),
     }
+
+
+def master_params(params):
+    """``params`` checked and in their master dtype (at least float32); float32 leaves are the
+    caller's own arrays, not copies."""
+    params = noise_lib.check_params(params)
+    return jax.tree.map(lambda x: x.astype(noise_lib.master_dtype(x.dtype)), params)
 
 
 def centre(state):

@@ -117,9 +117,7 @@ def pgpe(
     )
 
     def init(key: jax.Array, params: Params) -> PGPEState:
-        master = jax.tree.map(
-            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
-        )
+        master = common.master_params(params)
         sigmas = common.per_coordinate(sigma, master)
         fields = common.common_fields(perturbations, key, params, sigmas, track_best)
         return PGPEState(sigma=sigmas, opt_state=optimizer.init(fields["params"]), **fields)

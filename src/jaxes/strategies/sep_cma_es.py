@@ -146,9 +146,7 @@ def sep_cma_es(
         return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
 
     def init(key: jax.Array, params: Params) -> SepCMAState:
-        master = jax.tree.map(
-            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
-        )
+        master = common.master_params(params)
         # σ D with C = I at the start.
         fields = common.common_fields(
             perturbations, key, params, common.per_coordinate(sigma0, master), track_best

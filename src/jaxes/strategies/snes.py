@@ -116,9 +116,7 @@ def snes(
         return default_sigma_learning_rate(noise_lib.num_params(params))
 
     def init(key: jax.Array, params: Params) -> SNESState:
-        master = jax.tree.map(
-            lambda x: x.astype(noise_lib.master_dtype(x.dtype)), noise_lib.check_params(params)
-        )
+        master = common.master_params(params)
         sigmas = common.per_coordinate(sigma, master)
         fields = common.common_fields(perturbations, key, params, sigmas, track_best)
         return SNESState(sigma=sigmas, **fields)
