@@ -33,7 +33,7 @@ Variants:
                     `es.tell(state, fitness)`, jitted with the state donated: the population is
                     dead code, members are rebuilt and evaluated in memory-budgeted chunks.
   jaxes step        `jax.jit(jaxes.step.generation_step(es, function_task("sphere", d)),
-                    donate_argnums=0)` on `jaxes.train.init_state(es, task, 0)`.
+                    donate_argnums=0)` on `jaxes.runner.init_state(es, task, 0)`.
 
 Targets (the issue's; printed next to the measured ratios):
   d=100k, P=256: README loop >= 3x faster than evosax per generation; generation_step >= 10x.
@@ -165,9 +165,9 @@ def make_jaxes_step(spec: dict):
     import jax.numpy as jnp
 
     import jaxes
+    from jaxes.runner import init_state
     from jaxes.step import generation_step
     from jaxes.tasks.functions import function_task
-    from jaxes.train import init_state
 
     d, variant = spec["d"], spec["variant"]
     # Defaults otherwise; the *_gaussian variants show what the default noise source buys.

@@ -9,7 +9,7 @@ What it measures, for each model size N and each task:
             alias bytes, their total argument + temp + output - alias (the bytes live at once
             while a generation runs, the donated state counted once) and bytes per parameter.
   run       at P = 16 and P = 64 (`--populations`): the state built by
-            `jaxes.train.init_state(strategy, task, 0)`, one warm-up generation, then the
+            `jaxes.runner.init_state(strategy, task, 0)`, one warm-up generation, then the
             median of a few timed generations (3 up to 200M parameters, 2 above; `--gens`),
             each ended by `jax.block_until_ready`; the peak resident memory of the process
             (`ru_maxrss`, which includes Python, JAX, the compiled program and `init_state`)
@@ -281,8 +281,8 @@ def compile_plan(spec: dict):
     """Compiles one donated generation on the abstract state; returns (compiled, plan dict)."""
     import jax
 
+    from jaxes.runner import init_state
     from jaxes.step import generation_step
-    from jaxes.train import init_state
 
     strategy, task = build(spec)
     abstract = jax.eval_shape(lambda: init_state(strategy, task, 0))
@@ -334,7 +334,7 @@ def run_child(spec: dict) -> dict:
 def run_child_unguarded(spec: dict) -> dict:
     import jax
 
-    from jaxes.train import init_state
+    from jaxes.runner import init_state
 
     progress(spec, "compiling")
     strategy, task, compiled, plan = compile_plan(spec)

@@ -4,7 +4,7 @@ What it measures (all on this machine, in one run):
 
 1. Time to solve `inverted_pendulum` (spring backend, episodes of 200 steps): wall time from
    just before the environment is built until the noise-free evaluation return first reaches
-   190, compilation included, for jaxes (`jaxes.train.block_runner`, one dispatch per
+   190, compilation included, for jaxes (`jaxes.runner.block_runner`, one dispatch per
    `EVAL_EVERY` generations) and for `brax.training.agents.es.train` (whose `progress_fn`
    sees the evaluation every `EVAL_EVERY` full-length generations' worth of env steps).
    Every (library, seed) run is its own fresh subprocess, so nothing is compiled in advance;
@@ -103,9 +103,9 @@ def record_compiles() -> dict:
 
 
 def jaxes_config(seed: int, generations: int):
-    from jaxes import train
+    from jaxes.config import TrainConfig
 
-    return train.TrainConfig(
+    return TrainConfig(
         env=ENV,
         backend=BACKEND,
         episode_length=EPISODE,
@@ -128,18 +128,19 @@ def solve_jaxes(seed: int, generations: int) -> dict:
     jax = quiet_imports()
     import numpy as np
 
-    from jaxes import train
+    from jaxes import runner
+    from jaxes.config import build
 
     compiles = record_compiles()
     start = time.perf_counter()
-    strategy, task = train.build(jaxes_config(seed, generations))
+    strategy, task = build(jaxes_config(seed, generations))
     build_s = time.perf_counter() - start
-    state = jax.block_until_ready(train.init_state(strategy, task, seed))
+    state = jax.block_until_ready(runner.init_state(strategy, task, seed))
     init_s = time.perf_counter() - start - build_s
-    runner = train.block_runner(strategy, task, EVAL_EVERY)
+    run_block = runner.block_runner(strategy, task, EVAL_EVERY)
     evals, generation, env_steps = [], 0, 0
     while generation < generations:
-        state, metrics, returns = runner(state, train._eval_key(seed, generation + EVAL_EVERY))
+        state, metrics, returns = run_block(state, runner.eval_key(seed, generation + EVAL_EVERY))
         value = float(np.mean(returns))
         generation += EVAL_EVERY
         env_steps += int(np.sum(metrics["env_steps"]))
@@ -274,11 +275,13 @@ def overhead(train_generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import jax.numpy as jnp
 
-    from jaxes import train
+    from jaxes import runner
+    from jaxes.config import build
+    from jaxes.step import generation_step
 
-    strategy, task = train.build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
-    state = train.init_state(strategy, task, 0)
-    step_fn = train.generation_step(strategy, task)
+    strategy, task = build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
+    state = runner.init_state(strategy, task, 0)
+    step_fn = generation_step(strategy, task)
     step = jax.jit(step_fn)
     evaluate = jax.jit(task.evaluate)
 
@@ -342,7 +345,8 @@ def hopper(generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import numpy as np
 
-    from jaxes import strategies, train
+    from jaxes import runner, strategies
+    from jaxes.step import generation_step
     from jaxes.tasks.brax import brax_task
 
     def task(chunk_length):
@@ -352,8 +356,8 @@ def hopper(generations: int, reps: int) -> dict:
 
     early, full = task(50), task(HOPPER_EPISODE)
     strategy = strategies.open_es(HOPPER_P, SIGMA, learning_rate=LEARNING_RATE)
-    state = train.init_state(strategy, early, 0)
-    step = jax.jit(train.generation_step(strategy, early))
+    state = runner.init_state(strategy, early, 0)
+    step = jax.jit(generation_step(strategy, early))
     eval_early, eval_full = jax.jit(early.evaluate), jax.jit(full.evaluate)
     compile_s = {}
     for name, fn in (("early_exit", eval_early), ("full_length", eval_full)):

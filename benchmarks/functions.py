@@ -33,18 +33,18 @@ Strategy settings (one value per row; the same for both libraries; evosax 0.3.2,
              evosax `Open_ES(P, x0, use_antithetic_sampling=True, optimizer=optax.adam(0.05),
              std_schedule=optax.constant_schedule(0.1))`, default centered-rank shaping.
              Both: P members = P/2 mirrored pairs; σ is the fixed std of the perturbation.
-  PGPE       jaxes `pgpe(P, sigma=0.5, center_learning_rate=0.05, stdev_learning_rate=0.1,
-             stdev_max_change=0.2, max_speed=0.1, momentum=0.9)`.
+  PGPE       jaxes `pgpe(P, sigma=0.5, learning_rate=0.05, sigma_learning_rate=0.1,
+             sigma_max_change=0.2, max_speed=0.1, momentum=0.9)`.
              evosax `PGPE(P, x0, optimizer=evosax.core.optimizer.clipup(learning_rate=0.05,
              max_velocity=0.1, momentum=0.9))` with `default_params.replace(std_init=0.5,
              std_lr=0.1, std_max_change=0.2)`; default centered-rank shaping.
              Both: P members = P/2 mirrored pairs; σ is the initial per-dimension std.
              evosax's ClipUp normalises the gradient, v <- momentum v + g/|g|, clips |v| to
              max_velocity / learning_rate and steps by learning_rate v, i.e. a step of norm
-             <= max_velocity: the ClipUp paper's step size (center_learning_rate) and
+             <= max_velocity: the ClipUp paper's step size (learning_rate) and
              max_speed. evosax has no ClipUp default tied to the step size; jaxes' max_speed
-             is passed explicitly (2 x center_learning_rate, the ClipUp paper's rule).
-  SNES       jaxes `snes(P, sigma=1.0, mean_learning_rate=1.0, sigma_learning_rate=eta)`.
+             is passed explicitly (2 x learning_rate, the ClipUp paper's rule).
+  SNES       jaxes `snes(P, sigma=1.0, learning_rate=1.0, sigma_learning_rate=eta)`.
              evosax `SNES(P, x0, optimizer=optax.sgd(1.0))` with
              `default_params.replace(std_init=1.0, lr_std_init=eta)`; default NES utilities
              (`weights_fitness_shaping_fn`: max(0, log(P/2 + 1) - log(rank)), normalised,
@@ -118,15 +118,15 @@ def settings_for(strategy: str, d: int, p: int) -> dict:
         lr = 0.05
         return {
             "sigma": 0.5,
-            "center_learning_rate": lr,
-            "stdev_learning_rate": 0.1,
-            "stdev_max_change": 0.2,
+            "learning_rate": lr,
+            "sigma_learning_rate": 0.1,
+            "sigma_max_change": 0.2,
             "max_speed": 2 * lr,
             "momentum": 0.9,
         }
     if strategy == "snes":
         eta = (3 + math.log(d)) / (5 * math.sqrt(d))
-        return {"sigma": 1.0, "mean_learning_rate": 1.0, "sigma_learning_rate": eta}
+        return {"sigma": 1.0, "learning_rate": 1.0, "sigma_learning_rate": eta}
     if strategy == "sep_cma_es":
         return {"sigma": 1.0, "elite_size": p // 2}
     if strategy == "ars":
@@ -194,19 +194,19 @@ def make_evosax_algorithm(strategy: str, p: int, x0, s: dict):
             population_size=p,
             solution=x0,
             optimizer=clipup(
-                learning_rate=s["center_learning_rate"],
+                learning_rate=s["learning_rate"],
                 max_velocity=s["max_speed"],
                 momentum=s["momentum"],
             ),
         )
         params = es.default_params.replace(
             std_init=s["sigma"],
-            std_lr=s["stdev_learning_rate"],
-            std_max_change=s["stdev_max_change"],
+            std_lr=s["sigma_learning_rate"],
+            std_max_change=s["sigma_max_change"],
         )
         return es, params
     if strategy == "snes":
-        es = ea.SNES(population_size=p, solution=x0, optimizer=optax.sgd(s["mean_learning_rate"]))
+        es = ea.SNES(population_size=p, solution=x0, optimizer=optax.sgd(s["learning_rate"]))
         params = es.default_params.replace(
             std_init=jnp.asarray(s["sigma"], jnp.float32),
             lr_std_init=jnp.asarray(s["sigma_learning_rate"], jnp.float32),

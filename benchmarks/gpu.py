@@ -2,7 +2,7 @@
 
 For each population P it measures, after compilation, the seconds per generation and the env
 steps simulated per second of
-  * jaxes: `jaxes.train.block_runner` over every visible device (`shard_map`), and
+  * jaxes: `jaxes.runner.block_runner` over every visible device (`shard_map`), and
   * Brax: `brax.training.agents.es.train` with the same population (P/2 antithetic pairs),
     episode length, network and σ; its time per generation is the difference between a run of
     1 + G generations and a run of 1, divided by G (compilation and evaluations cancel).
@@ -35,9 +35,10 @@ def quiet():
 
 def jaxes_rate(population: int, backend: str, episode: int, generations: int) -> dict:
     jax = quiet()
-    from jaxes import parallel, train
+    from jaxes import parallel, runner
+    from jaxes.config import TrainConfig, build
 
-    config = train.TrainConfig(
+    config = TrainConfig(
         env=ENV,
         backend=backend,
         episode_length=episode,
@@ -50,11 +51,11 @@ def jaxes_rate(population: int, backend: str, episode: int, generations: int) ->
         eval_episodes=1,
         checkpoint_every=generations,
     )
-    strategy, task = train.build(config)
+    strategy, task = build(config)
     mesh = parallel.make_mesh()
     parallel.check_split(population, mesh.devices.size)
-    run = train.block_runner(strategy, task, generations, mesh)
-    state = train.place(train.init_state(strategy, task, 0), mesh)
+    run = runner.block_runner(strategy, task, generations, mesh)
+    state = runner.place(runner.init_state(strategy, task, 0), mesh)
     start = time.perf_counter()
     state, metrics, _ = jax.block_until_ready(run(state, jax.random.key(0)))
     compile_and_first = time.perf_counter() - start
@@ -63,7 +64,7 @@ def jaxes_rate(population: int, backend: str, episode: int, generations: int) ->
         start = time.perf_counter()
         state, metrics, _ = jax.block_until_ready(run(state, jax.random.key(rep + 1)))
         times.append((time.perf_counter() - start) / generations)
-        steps.append(int(train.to_host(metrics)["env_steps"].sum()) / generations)
+        steps.append(int(runner.to_host(metrics)["env_steps"].sum()) / generations)
     per_gen = statistics.median(times)
     return {
         "seconds_per_generation": per_gen,

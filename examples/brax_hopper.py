@@ -5,7 +5,7 @@ members of a (64, 64) tanh MLP policy, 1000-step episodes, 300 generations, the 
 split evenly over every visible device (``devices=0``; ``parallel.sharded_step`` inside
 ``train.run``). That is up to 4 million environment steps per generation and 1.2 billion in
 all, so the full run needs an accelerator (it has not been run yet: no accelerator was
-available when this was written). The step sizes are ``train.STRATEGY_DEFAULTS``; the full
+available when this was written). The step sizes are ``the strategies' own defaults``; the full
 run is not part of the test suite. ``--quick`` shrinks it to what a CPU finishes quickly (P = 16,
 100-step episodes, 6 generations): it only shows that the pipeline runs and what it reports,
 not a hopping policy.
@@ -30,6 +30,7 @@ import tempfile
 import jax
 
 from jaxes import plotting, train
+from jaxes.config import STRATEGIES, TrainConfig
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -71,7 +72,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="run directory (default: a new temp dir)")
     parser.add_argument("--population", type=int, default=None)
     parser.add_argument("--generations", type=int, default=None)
-    parser.add_argument("--strategy", default="open_es", choices=sorted(train.STRATEGIES))
+    parser.add_argument("--strategy", default="open_es", choices=sorted(STRATEGIES))
     parser.add_argument("--backend", default="spring", help="Brax backend (spring is fastest)")
     parser.add_argument("--devices", type=int, default=0, help="0: every visible device")
     parser.add_argument("--seed", type=int, default=0)
@@ -82,7 +83,7 @@ def main() -> None:
         settings["population_size"] = args.population
     if args.generations is not None:
         settings["generations"] = args.generations
-    config = train.TrainConfig(
+    config = TrainConfig(
         env="hopper",
         backend=args.backend,
         strategy=args.strategy,

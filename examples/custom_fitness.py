@@ -34,8 +34,8 @@ HIDDEN = 16
 # so each gets settings that work for this problem rather than one shared value.
 STRATEGIES = {
     "open_es": lambda p: jaxes.open_es(p, sigma=0.05, learning_rate=0.03),
-    "pgpe": lambda p: jaxes.pgpe(p, sigma=0.05, center_learning_rate=0.05),
-    "snes": lambda p: jaxes.snes(p, sigma=0.1, mean_learning_rate=1.0),
+    "pgpe": lambda p: jaxes.pgpe(p, sigma=0.05, learning_rate=0.05),
+    "snes": lambda p: jaxes.snes(p, sigma=0.1, learning_rate=1.0),
     "ars": lambda p: jaxes.ars(p, sigma=0.05, learning_rate=0.03),
     "sep_cma_es": lambda p: jaxes.sep_cma_es(p, sigma=0.1),
 }

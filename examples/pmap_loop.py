@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxes
-from jaxes import parallel, train
+from jaxes import parallel, runner
 from jaxes.tasks.functions import function_task
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
@@ -49,7 +49,7 @@ def main() -> None:
     pstep = jax.pmap(
         parallel.local_step(strategy, task, n, "devices"), axis_name="devices", donate_argnums=0
     )
-    state = train.init_state(strategy, task, seed=0)
+    state = runner.init_state(strategy, task, seed=0)
     start = float(task.evaluate_policy(None, state.strategy_state.params, None)[0])
     state = jax.tree.map(lambda x: jnp.stack([x] * n), state)
     for _ in range(50 if args.quick else 300):

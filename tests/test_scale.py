@@ -9,12 +9,12 @@ import optax
 import pytest
 
 import jaxes
-from jaxes import checkpoint, evaluation, step, train
+from jaxes import checkpoint, evaluation, runner, step
 from jaxes.tasks.functions import function_task
 
 STRATEGIES = {
     "open_es": lambda **kw: jaxes.open_es(16, 0.1, learning_rate=0.05, **kw),
-    "pgpe": lambda **kw: jaxes.pgpe(16, 0.1, center_learning_rate=0.05, **kw),
+    "pgpe": lambda **kw: jaxes.pgpe(16, 0.1, learning_rate=0.05, **kw),
     "snes": lambda **kw: jaxes.snes(16, 0.3, **kw),
     "ars": lambda **kw: jaxes.ars(16, 0.1, learning_rate=0.05, top_k=4, **kw),
     "sep_cma_es": lambda **kw: jaxes.sep_cma_es(16, 0.3, **kw),
@@ -29,7 +29,7 @@ def memory_plan(strategy, dim):
     """Bytes per parameter of the compiled default generation step (arguments + temporaries +
     outputs - aliases), from XLA's memory analysis: compiled, never run."""
     task = function_task("sphere", dim)
-    abstract = jax.eval_shape(lambda: train.init_state(strategy, task, 0))
+    abstract = jax.eval_shape(lambda: runner.init_state(strategy, task, 0))
     compiled = jax.jit(step.generation_step(strategy, task), donate_argnums=0).lower(abstract)
     m = compiled.compile().memory_analysis()
     used = (
@@ -56,7 +56,7 @@ def test_chunked_generation_equals_one_chunk_and_devices():
     assert chunked.eval_chunk(chunked.init(jax.random.key(0), jnp.ones(6))) == 4
 
     def run(es):
-        ts = train.init_state(es, task, 0)
+        ts = runner.init_state(es, task, 0)
         ts, metrics = jax.jit(
             lambda t: jax.lax.scan(lambda c, _: step.generation_step(es, task)(c), t, None, 5)
         )(ts)
@@ -229,16 +229,16 @@ def test_best_member_is_rebuilt_on_request_or_not_tracked():
 
 def test_runner_donates_and_checkpoints_rebuild_the_noise_table(tmp_path):
     es, task = jaxes.open_es(4, 0.1), function_task("sphere", 3)
-    state = train.init_state(es, task, 0)
+    state = runner.init_state(es, task, 0)
     params = state.strategy_state.params
-    runner = train.block_runner(es, task, 2)
-    new, _, _ = runner(state, jax.random.key(1))
+    run_block = runner.block_runner(es, task, 2)
+    new, _, _ = run_block(state, jax.random.key(1))
     assert params.is_deleted()  # donated: the new state reuses the buffers
     ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"))
     ckpt.save(2, new)
     stored = sum(f.stat().st_size for f in (tmp_path / "ckpt").rglob("*") if f.is_file())
     assert stored < 1_000_000 < new.strategy_state.noise_state.values.nbytes
-    _, restored = ckpt.restore(train.init_state(es, task, 0))
+    _, restored = ckpt.restore(runner.init_state(es, task, 0))
     ckpt.close()
     for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(new), strict=True):
         if not checkpoint.is_key(a):
@@ -367,14 +367,14 @@ TRACED = {
     "pgpe": lambda h: jaxes.pgpe(
         8,
         h,
-        center_learning_rate=h,
-        stdev_learning_rate=h,
-        stdev_max_change=h,
+        learning_rate=h,
+        sigma_learning_rate=h,
+        sigma_max_change=h,
         momentum=h,
     ),
-    "snes": lambda h: jaxes.snes(8, h, mean_learning_rate=h, sigma_learning_rate=h),
+    "snes": lambda h: jaxes.snes(8, h, learning_rate=h, sigma_learning_rate=h),
     "ars": lambda h: jaxes.ars(8, h, learning_rate=h),
-    "sep_cma_es": lambda h: jaxes.sep_cma_es(8, h, mean_learning_rate=h, sigma_floor=h / 10),
+    "sep_cma_es": lambda h: jaxes.sep_cma_es(8, h, learning_rate=h, sigma_floor=h / 10),
 }
 
 

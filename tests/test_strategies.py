@@ -10,6 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import jaxes
@@ -19,10 +20,10 @@ from jaxes.tasks import functions
 P = 16
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.full(5, 0.5)}
 STRATEGIES = {
-    "pgpe": lambda: jaxes.pgpe(P, 0.3, center_learning_rate=0.05, stdev_learning_rate=0.1),
+    "pgpe": lambda: jaxes.pgpe(P, 0.3, learning_rate=0.05, sigma_learning_rate=0.1),
     "snes": lambda: jaxes.snes(P, 0.3),
     "ars": lambda: jaxes.ars(P, 0.3, learning_rate=0.05, top_k=5),
-    "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, elite_size=6, mean_learning_rate=0.7),
+    "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, elite_size=6, learning_rate=0.7),
     "open_es": lambda: jaxes.open_es(P, 0.3, learning_rate=0.05),
 }
 
@@ -78,7 +79,7 @@ def test_moments_from_keys_equal_the_explicit_population(name):
 
 
 def test_classical_check_refuses_a_per_coordinate_sigma():
-    with pytest.raises(ValueError, match="scalar σ"):
+    with pytest.raises(ValueError, match="does not apply to snes"):
         testing.assert_update_matches_classical(
             STRATEGIES["snes"](), PARAMS, fitness_fn, jax.random.key(4)
         )
@@ -98,15 +99,41 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     step = flat(new_state.params) - theta
     if name == "pgpe":  # the direction handed to ClipUp: m̄ (M - c)
         close(flat(direction), mean_mass * (com - cen), "PGPE direction")
-    elif name == "snes":  # η_μ P m̄ (M - c), η_μ = 1
+    elif name == "snes":  # direction P m̄ (M - c); the step is η_μ = 1 times it
+        close(flat(direction), P * mean_mass * (com - cen), "SNES direction")
         close(step, P * mean_mass * (com - cen), "SNES step")
     elif name == "ars":  # α P m̄ (M - c) / (b σ_R ν)
         sigma_r = ars_reward_std(fitness, 5)
         close(step, 0.05 * P * mean_mass * (com - cen) / (5 * sigma_r * 0.3), "ARS step")
     elif name == "sep_cma_es":  # c_m (M - θ), from the model: no centroid subtracted
+        close(flat(direction), com, "Sep-CMA-ES direction")
         close(step, 0.7 * com, "Sep-CMA-ES step")
     else:  # open_es: (m̄/σ²)(M - c)
         close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
+
+
+# Each strategy with plain SGD on the mean at step size 0.05.
+SGD = {
+    "open_es": lambda: jaxes.open_es(P, 0.3, optimizer=optax.sgd(0.05)),
+    "pgpe": lambda: jaxes.pgpe(P, 0.3, optimizer=optax.sgd(0.05)),
+    "snes": lambda: jaxes.snes(P, 0.3, learning_rate=0.05),
+    "ars": lambda: jaxes.ars(P, 0.3, learning_rate=0.05, top_k=5),
+    "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, learning_rate=0.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SGD))
+def test_estimate_is_the_direction_the_step_size_multiplies(name):
+    """``estimate`` means one thing for every strategy: with SGD, ``tell`` moves the mean by
+    ``learning_rate * direction``."""
+    es = SGD[name]()
+    state = es.init(jax.random.key(0), PARAMS)
+    population, state = es.ask(jax.random.key(1), state)
+    fitness = jax.vmap(fitness_fn)(population)
+    direction, _ = es.estimate(state, fitness)
+    new_state, _ = es.tell(state, fitness)
+    assert float(np.max(np.abs(flat(direction)))) > 0
+    close(flat(new_state.params) - flat(state.params), 0.05 * flat(direction), name)
 
 
 def ars_reward_std(fitness, b):
@@ -182,11 +209,18 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
         y = (pop - theta[None]) / float(state.sigma)
         w = cma_weights(fitness, 6)
         c = flat(state.variances)
-        pc = flat(new_state.path_c)
+        # Hansen's evolution paths, from the old paths and this generation's y_w alone.
+        y_w = w @ y
+        ps = (1 - k.c_sigma) * flat(state.path_sigma) + math.sqrt(
+            k.c_sigma * (2 - k.c_sigma) * k.mu_eff
+        ) * (y_w / np.sqrt(c))
+        close(flat(new_state.path_sigma), ps, "Sep-CMA-ES p_σ")
         g = int(state.generation) + 1
-        ps_norm = np.linalg.norm(flat(new_state.path_sigma))
+        ps_norm = np.linalg.norm(ps)
         threshold = (1.4 + 2 / (theta.size + 1)) * k.chi_n
         h = float(ps_norm / math.sqrt(1 - (1 - k.c_sigma) ** (2 * g)) < threshold)
+        pc = (1 - k.c_c) * flat(state.path_c) + h * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y_w
+        close(flat(new_state.path_c), pc, "Sep-CMA-ES p_c")
         expected = (
             (1 - k.c_1 - k.c_mu) * c
             + k.c_1 * (pc**2 + (1 - h) * k.c_c * (2 - k.c_c) * c)
@@ -213,9 +247,9 @@ CONVERGENCE = {
     ("open_es", "sphere"): (lambda: jaxes.open_es(64, 0.5, learning_rate=0.05), 3.0, 0.1),
     ("open_es", "rosenbrock"): (lambda: jaxes.open_es(64, 0.02, learning_rate=0.01), 0.0, 15.0),
     ("open_es", "rastrigin"): (lambda: jaxes.open_es(64, 2.0, learning_rate=0.03), 3.0, 100.0),
-    ("pgpe", "sphere"): (lambda: jaxes.pgpe(64, 1.0, center_learning_rate=0.05), 3.0, 0.1),
-    ("pgpe", "rosenbrock"): (lambda: jaxes.pgpe(64, 0.1, center_learning_rate=0.02), 0.0, 6.0),
-    ("pgpe", "rastrigin"): (lambda: jaxes.pgpe(64, 1.0, center_learning_rate=0.05), 3.0, 200.0),
+    ("pgpe", "sphere"): (lambda: jaxes.pgpe(64, 1.0, learning_rate=0.05), 3.0, 0.1),
+    ("pgpe", "rosenbrock"): (lambda: jaxes.pgpe(64, 0.1, learning_rate=0.02), 0.0, 6.0),
+    ("pgpe", "rastrigin"): (lambda: jaxes.pgpe(64, 1.0, learning_rate=0.05), 3.0, 200.0),
     ("snes", "sphere"): (lambda: jaxes.snes(32, 1.0), 3.0, 1e-3),
     ("snes", "rosenbrock"): (lambda: jaxes.snes(32, 1.0), 0.0, 25.0),
     ("snes", "rastrigin"): (lambda: jaxes.snes(32, 1.0), 3.0, 30.0),
@@ -257,13 +291,13 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.pgpe(7), "population_size"),
         (lambda: jaxes.pgpe(8, sigma=0.0), "sigma"),
         (lambda: jaxes.pgpe(8, sigma={"w": jnp.array([0.1, -0.1])}), "sigma"),
-        (lambda: jaxes.pgpe(8, center_learning_rate=0.0), "center_learning_rate"),
-        (lambda: jaxes.pgpe(8, stdev_learning_rate=-0.1), "stdev_learning_rate"),
-        (lambda: jaxes.pgpe(8, stdev_max_change=1.5), "stdev_max_change"),
+        (lambda: jaxes.pgpe(8, learning_rate=0.0), "learning_rate"),
+        (lambda: jaxes.pgpe(8, sigma_learning_rate=-0.1), "sigma_learning_rate"),
+        (lambda: jaxes.pgpe(8, sigma_max_change=1.5), "sigma_max_change"),
         (lambda: jaxes.pgpe(8, momentum=1.0), "momentum"),
         (lambda: jaxes.snes(1), "population_size"),
         (lambda: jaxes.snes(8, sigma=-1.0), "sigma"),
-        (lambda: jaxes.snes(8, mean_learning_rate=0.0), "mean_learning_rate"),
+        (lambda: jaxes.snes(8, learning_rate=0.0), "learning_rate"),
         (lambda: jaxes.snes(8, sigma_learning_rate=-1.0), "sigma_learning_rate"),
         (lambda: jaxes.ars(8, top_k=5), r"top_k: expected an int in \[1, 4\]"),
         (lambda: jaxes.ars(8, top_k=0), "top_k"),
@@ -272,7 +306,7 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_size=9), "elite_size"),
         (lambda: jaxes.sep_cma_es(8, elite_size=0), "elite_size"),
         (lambda: jaxes.sep_cma_es(8, sigma=0.0), "sigma"),
-        (lambda: jaxes.sep_cma_es(8, mean_learning_rate=-1.0), "mean_learning_rate"),
+        (lambda: jaxes.sep_cma_es(8, learning_rate=-1.0), "learning_rate"),
     ],
 )
 def test_bad_settings_name_the_argument(make, message):

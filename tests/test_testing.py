@@ -1,5 +1,7 @@
 """jaxes.testing passes on correct strategies and catches broken ones."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -76,7 +78,38 @@ def test_assertions_catch_broken_strategies():
         testing.assert_update_matches_classical(broken(es, key_offset=1), PARAMS, fitness, key)
     with pytest.raises(AssertionError, match="member"):
         testing.assert_members_rebuilt(broken(es, key_offset=1), PARAMS, key)
+    # A hand-built strategy (no traits) gets every check, and this one fails it.
+    independent = jaxes.open_es(8, 0.05, antithetic=False)._replace(traits=None)
     with pytest.raises(AssertionError, match="centroid"):
-        testing.assert_antithetic_centroid_on_model(
-            jaxes.open_es(8, 0.05, antithetic=False), PARAMS, fitness, key
-        )
+        testing.assert_antithetic_centroid_on_model(independent, PARAMS, fitness, key)
+
+
+# Which check applies to which strategy (the table in jaxes.testing's docstring).
+APPLIES = {
+    "assert_update_matches_classical": {"open_es"},
+    "assert_moments_match_population": {"open_es", "pgpe", "snes", "ars", "sep_cma_es"},
+    "assert_shift_and_scale_invariant": {"open_es", "pgpe", "snes", "ars", "sep_cma_es"},
+    "assert_monotone_invariant": {"open_es", "pgpe", "snes", "sep_cma_es"},
+    "assert_antithetic_centroid_on_model": {"open_es", "pgpe", "ars"},
+}
+
+
+def quadratic(p):
+    return -jnp.sum((p["w"] - 0.5) ** 2)
+
+
+@pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es"])
+def test_each_check_holds_where_it_applies_and_refuses_elsewhere(name):
+    es = getattr(jaxes, name)(8, 0.05)
+    single_leaf = {"w": jnp.ones(3)}  # a one-leaf pytree once slipped past the σ guard
+    key = jax.random.key(0)
+    testing.assert_members_rebuilt(es, single_leaf, key)
+    for check, strategies in APPLIES.items():
+        # ars sees fitness values: keep F + shift within float32's precision of the spread.
+        extra = {"shift": 1.0} if check == "assert_shift_and_scale_invariant" else {}
+        run = functools.partial(getattr(testing, check), es, single_leaf, quadratic, key, **extra)
+        if name in strategies:
+            run()
+        else:
+            with pytest.raises(ValueError, match=f"{check} does not apply to {name}"):
+                run()

@@ -10,7 +10,9 @@ Example:
   1
 """
 
-from jaxes import centroid, evaluation, noise, shaping, testing
+import importlib.metadata
+
+from jaxes import centroid, evaluation, noise, shaping, testing, trees
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.evaluation import evaluate
 from jaxes.noise import NoiseSource, Perturbations
@@ -28,7 +30,8 @@ from jaxes.strategies import (
 )
 from jaxes.types import Strategy
 
-__version__ = "0.1.0"
+# One source of truth: the installed package metadata (pyproject.toml).
+__version__ = importlib.metadata.version("jaxes")
 
 __all__ = [
     "NoiseSource",
@@ -54,5 +57,6 @@ __all__ = [
     "shaping",
     "snes",
     "testing",
+    "trees",
     "z_score",
 ]

@@ -1,7 +1,5 @@
 """``python -m jaxes`` is the ``jaxes`` command."""
 
-import sys
+from jaxes.cli import entry
 
-from jaxes.cli import main
-
-sys.exit(main())
+entry()

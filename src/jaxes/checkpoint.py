@@ -26,6 +26,53 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing or cannot be read."""
 
 
+def _brief(err: Exception, limit: int = 160) -> str:
+    """An orbax/tensorstore error in a few words (their messages embed whole JSON specs)."""
+    text = str(err).splitlines()[0] if str(err) else "no detail"
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"{type(err).__name__}: {text}"
+
+
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint holds a state of another shape than the run's settings give."""
+
+
+def _path_keys(path) -> list:
+    keys = []
+    for entry in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(entry, attr):
+                keys.append(getattr(entry, attr))
+                break
+    return keys
+
+
+def _lookup(tree, keys):
+    for key in keys:
+        if isinstance(tree, dict):
+            tree = tree[key] if key in tree else tree[str(key)]
+        else:
+            tree = tree[key]
+    return tree
+
+
+def describe_mismatch(metadata_tree, like) -> str | None:
+    """The first leaf of ``like`` whose shape or dtype the saved tree does not have, in words
+    (``None`` when every leaf matches)."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(like):
+        name = jax.tree_util.keystr(path)
+        try:
+            saved = _lookup(metadata_tree, _path_keys(path))
+        except (KeyError, IndexError, TypeError):
+            return f"{name} is missing from the checkpoint"
+        shape = tuple(getattr(saved, "shape", ()) or ())
+        if shape != tuple(leaf.shape):
+            return f"{name} has shape {shape} in the checkpoint and {tuple(leaf.shape)} here"
+        if getattr(saved, "dtype", leaf.dtype) != leaf.dtype:
+            return f"{name} has dtype {saved.dtype} in the checkpoint and {leaf.dtype} here"
+    return None
+
+
 def _quiet_orbax():
     import absl.logging
 
@@ -109,6 +156,26 @@ def restore_tables(tree, like):
     )
 
 
+def complete_steps(directory: str) -> list[int]:
+    """The complete checkpoints under ``directory``, oldest first, without starting orbax:
+    orbax writes a step to a temporary name and renames it to the step number when done.
+
+    Example:
+      >>> import os, tempfile
+      >>> d = tempfile.mkdtemp()
+      >>> for name in ("10", "5", "20.orbax-checkpoint-tmp-1"):
+      ...     os.mkdir(os.path.join(d, name))
+      >>> complete_steps(d), complete_steps(os.path.join(d, "absent"))
+      ([5, 10], [])
+    """
+    if not os.path.isdir(directory):
+        return []
+    names = os.listdir(directory)
+    return sorted(
+        int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(directory, n))
+    )
+
+
 class Checkpointer:
     """Saves and restores one run's states under ``directory`` (keeps the newest ``keep``)."""
 
@@ -134,6 +201,47 @@ class Checkpointer:
         self._manager.reload()
         return self._manager.latest_step()
 
+    def steps(self) -> list[int]:
+        """Every complete checkpoint, oldest first."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def restore_newest_readable(self, like: Any) -> tuple[int, Any, list[tuple[int, str]]]:
+        """The newest checkpoint that can be read, and ``(step, why)`` for each newer one.
+
+        A damaged newest checkpoint (a truncated or missing file) falls back to the one
+        before it; a state of another shape never does (every checkpoint of the run has it).
+        """
+        steps = self.steps()
+        if not steps:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        skipped = []
+        for step in reversed(steps):
+            try:
+                restored = self.restore(like, step)
+            except CheckpointMismatch:
+                raise
+            except CheckpointError as err:
+                skipped.append((step, str(err)))
+                continue
+            return restored[0], restored[1], skipped
+        raise CheckpointError(
+            f"no checkpoint in {self.directory} can be read (tried {steps[::-1]}); the newest: "
+            f"{skipped[0][1]}"
+        )
+
+    def set_aside(self, step: int) -> str:
+        """Renames checkpoint ``step`` out of the run (kept for inspection, never deleted), so
+        that the run can write that step again; returns the new path."""
+        source = os.path.join(self.directory, str(step))
+        target, n = source + ".damaged", 1
+        while os.path.exists(target):
+            n += 1
+            target = f"{source}.damaged-{n}"
+        os.rename(source, target)
+        self._manager.reload()
+        return target
+
     def restore(self, like: Any, step: int | None = None) -> tuple[int, Any]:
         """Restores checkpoint ``step`` (default: newest) into the structure of ``like``."""
         step = self.latest_step() if step is None else step
@@ -146,11 +254,24 @@ class Checkpointer:
             unwrap_keys(stripped),
         )
         try:
+            metadata = self._manager.item_metadata(step)
+        except Exception as err:  # orbax raises many types for unreadable files
+            raise CheckpointError(
+                f"checkpoint {step} in {self.directory} cannot be read ({_brief(err)})"
+            ) from err
+        tree = getattr(metadata, "tree", metadata)
+        if tree is not None:
+            mismatch = describe_mismatch(tree, abstract)
+            if mismatch:
+                raise CheckpointMismatch(
+                    f"checkpoint {step} in {self.directory} does not fit this run's settings: "
+                    f"{mismatch} (was config.json edited?)"
+                )
+        try:
             raw = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
         except Exception as err:  # orbax raises many types for unreadable files
             raise CheckpointError(
-                f"checkpoint {step} in {self.directory} cannot be read ({type(err).__name__}: "
-                f"{str(err).splitlines()[0] if str(err) else 'no detail'})"
+                f"checkpoint {step} in {self.directory} cannot be read ({_brief(err)})"
             ) from err
         return step, restore_tables(rewrap_keys(raw, stripped), like)
 

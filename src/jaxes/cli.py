@@ -1,21 +1,25 @@
 """The ``jaxes`` command: train, eval, render and envs.
 
-Errors print one line (``jaxes: error: ...``) and exit with status 2; no traceback, and nothing
-already written is touched.
+Argument parsing, the commands, and the CLI's output policy: errors print one line
+(``jaxes: error: ...``) and exit with status 2, no traceback, and nothing already written is
+touched; Ctrl-C exits with 130 within moments, also during an XLA compile
+(``jaxes.interrupts``).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 
-from jaxes import train as train_lib
-from jaxes.train import TrainConfig
+from jaxes import config as config_lib
+from jaxes import interrupts, rundir
+from jaxes.config import TrainConfig, read_config
 
 DEFAULTS = TrainConfig()
 
@@ -27,9 +31,16 @@ class _Parser(argparse.ArgumentParser):
 
 def _default_text(field: str) -> str:
     if field in ("sigma", "learning_rate"):
-        k = 0 if field == "sigma" else 1
-        return ", ".join(f"{name} {v[k]:g}" for name, v in train_lib.STRATEGY_DEFAULTS.items())
+        return ", ".join(
+            f"{name} {config_lib.strategy_default(name, field):g}" for name in config_lib.STRATEGIES
+        )
     return str(getattr(DEFAULTS, field))
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("jaxes")
 
 
 def _fail(message: str) -> int:
@@ -52,14 +63,14 @@ TRAIN_FLAGS = [
     ("--env", "env", str, "Brax environment (see `jaxes envs`)"),
     ("--backend", "backend", str, "physics backend: generalized, positional, spring or mjx"),
     ("--episode-length", "episode_length", int, "steps per episode"),
-    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(train_lib.STRATEGIES)),
+    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(config_lib.STRATEGIES)),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
     ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
     (
         "--learning-rate",
         "learning_rate",
         float,
-        f"step size of the mean: {train_lib.LEARNING_RATE_MEANING}",
+        f"step size of the mean: {config_lib.LEARNING_RATE_MEANING}",
     ),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
@@ -79,12 +90,28 @@ TRAIN_FLAGS = [
 ]
 
 
+def _checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint",
+        type=int,
+        default=None,
+        help="generation of the checkpoint to load (default: the newest readable one)",
+    )
+    parser.add_argument(
+        "--episode-length",
+        type=int,
+        default=None,
+        help="steps per episode (default: the run's episode_length)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="jaxes",
         description="JAX-native evolution strategies on Brax physics.",
         epilog="Run `jaxes COMMAND --help` for each command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"jaxes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = sub.add_parser(
@@ -139,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", help="a directory written by `jaxes train`")
     ev.add_argument("--episodes", type=int, default=16, help="episodes to average (default 16)")
     ev.add_argument("--seed", type=int, default=0, help="seed for the start states (default 0)")
+    _checkpoint_flags(ev)
 
     render = sub.add_parser(
         "render",
@@ -148,6 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     render.add_argument("run_dir", help="a directory written by `jaxes train`")
     render.add_argument("--seed", type=int, default=0, help="seed of the start state (default 0)")
+    _checkpoint_flags(render)
 
     sub.add_parser(
         "envs",
@@ -162,33 +191,32 @@ def _train(args) -> int:
 
     from jaxes import parallel, train
 
-    parallel.initialize_distributed(
-        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
-    )
     given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
     if args.resume:
         if args.out is None:
             return _fail("--resume needs --out RUN_DIR, the run to continue")
-        train.prepare_run_dir(args.out, resume=True)
-        with open(os.path.join(args.out, "config.json")) as f:
-            saved = json.load(f)
-        for field, value in given.items():
-            old = tuple(saved[field]) if field == "hidden_sizes" else saved[field]
-            if field != "generations" and value != old:
-                return _fail(
-                    f"--resume: {field}={value!r} differs from the run's {old!r}; "
-                    "only --generations may change"
-                )
-        config = TrainConfig.from_dict({**saved, **given})
+        path = os.path.join(rundir.check_out(args.out), rundir.CONFIG)
+        if not os.path.isfile(path):
+            return _fail(f"--resume: {args.out} holds no run (config.json is missing)")
+        # Flags repeat or change settings; the runner refuses any change but --generations.
+        config = TrainConfig.from_dict({**read_config(path).to_dict(), **given}, "flags")
     else:
         config = TrainConfig(**given)
-    out = args.out or os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = args.out
+    if out is None:
+        out = os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    _RUN_DIR[0] = out
+    parallel.initialize_distributed(
+        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
+    )
     summary = train.run(config, out, resume=args.resume)
     if jax.process_index() != 0:
         return 0  # process 0 reports for everyone
+    ret = summary["final_eval_return"]
+    ret_text = "n/a" if ret is None else f"{ret:.1f}"
     print(
-        f"done: noise-free eval return {summary['final_eval_return']:.1f} after "
-        f"{summary['generations']} generations ({summary['seconds']} s)."
+        f"done: noise-free eval return {ret_text} after {summary['generations']} generations "
+        f"({summary['seconds']} s)."
     )
     print(
         f"files: {summary['run_dir']}/ (config.json, metrics.jsonl, checkpoints/"
@@ -197,35 +225,56 @@ def _train(args) -> int:
     return 0
 
 
+def _loaded(args):
+    """The run's config with eval's overrides, its task, the checkpoint step and state."""
+    import dataclasses
+
+    from jaxes import config as config_lib
+    from jaxes import train
+
+    for name in ("episodes", "episode_length"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise config_lib.ConfigError(
+                f"--{name.replace('_', '-')}: expected an int >= 1, got {value}"
+            )
+    config, _, task, step, state = train.load_run(args.run_dir, args.checkpoint)
+    changes = {}
+    if hasattr(args, "episodes"):
+        changes["eval_episodes"] = args.episodes
+    if args.episode_length is not None:
+        changes["episode_length"] = args.episode_length
+    if changes:
+        config = dataclasses.replace(config, **changes)
+        _, task = config_lib.build(config)
+    return config, task, step, state
+
+
 def _eval(args) -> int:
     import jax
     import numpy as np
 
-    from jaxes import train
+    from jaxes.strategies.common import centre
 
-    if args.episodes < 1:
-        return _fail(f"--episodes: expected an int >= 1, got {args.episodes}")
-    config, _, task, step, state = train.load_run(args.run_dir)
-    config = dataclasses.replace(config, eval_episodes=args.episodes)
-    _, task = train.build(config)
+    config, task, step, state = _loaded(args)
     returns = np.asarray(
         jax.jit(task.evaluate_policy)(
-            jax.random.key(args.seed), train.centre_params(state.strategy_state), state.task_state
+            jax.random.key(args.seed), centre(state.strategy_state), state.task_state
         )
     )
     print(
         f"{config.env}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
-        f"over {args.episodes} episodes"
+        f"over {config.eval_episodes} episodes of up to {config.episode_length} steps"
     )
     return 0
 
 
 def _render(args) -> int:
-    from jaxes import render, train
+    from jaxes import render
 
-    config, _, task, step, state = train.load_run(args.run_dir)
+    config, task, step, state = _loaded(args)
     path = os.path.join(args.run_dir, "replay.html")
-    ret, steps = render.write_replay(task, config, state, path, args.seed)
+    ret, steps = render.write_replay(task, state, config.episode_length, path, args.seed)
     print(f"wrote {path}: generation {step}, {steps} steps, return {ret:.1f}")
     return 0
 
@@ -238,10 +287,37 @@ def _envs(args) -> int:
 
 
 COMMANDS = {"train": _train, "eval": _eval, "render": _render, "envs": _envs}
+# The run directory `jaxes train` writes, for the interrupt message.
+_RUN_DIR: list[str | None] = [None]
+
+
+def _interrupt_message(signum: int) -> str:
+    from jaxes.checkpoint import complete_steps
+
+    out = _RUN_DIR[0]
+    name = "interrupted" if signum == signal.SIGINT else f"stopped by signal {signum}"
+    if out is None:
+        return name
+    if complete_steps(os.path.join(out, "checkpoints")):
+        return f"{name}; continue with `jaxes train --out {out} --resume`"
+    if os.path.isfile(os.path.join(out, rundir.CONFIG)):
+        return (
+            f"{name} before the first checkpoint; run the same command again to start over in {out}"
+        )
+    return name
+
+
+def _quiet_libraries() -> None:
+    """Keeps library chatter (Brax's maintenance notice, orbax's and absl's logs) off the
+    CLI's output: errors reach the user as the one line ``main`` prints."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger().setLevel(logging.CRITICAL)
+    for name in ("absl", "jax", "orbax"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``jaxes`` command."""
+    """Runs one ``jaxes`` command and returns its exit status (errors: one line, status 2)."""
     args = _parser().parse_args(argv)
     import jax
 
@@ -252,15 +328,46 @@ def main(argv: list[str] | None = None) -> int:
         "jax_compilation_cache_dir",
         os.environ.get("JAXES_CACHE_DIR", os.path.expanduser("~/.cache/jaxes/xla")),
     )
-
-    warnings.filterwarnings("ignore")  # brax's maintenance notice and friends
+    _quiet_libraries()
     try:
         return COMMANDS[args.command](args)
     except (ValueError, CheckpointError, OSError, ConnectionError) as err:
-        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+        if isinstance(err, BrokenPipeError):
+            raise
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return _fail(text)
     except KeyboardInterrupt:
-        return _fail("interrupted; continue with `jaxes train --out RUN_DIR --resume`")
+        return _fail(_interrupt_message(signal.SIGINT))
+    except Exception as err:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        if os.environ.get("JAXES_DEBUG"):
+            raise
+        first = str(err).splitlines()[0] if str(err) else ""
+        return _fail(
+            f"unexpected {type(err).__name__}: {first} (rerun with JAXES_DEBUG=1 for the "
+            "traceback, and please report it)"
+        )
+
+
+def entry() -> None:
+    """The ``jaxes`` console script: ``main`` with signals handled, ending the process at once
+    (no interpreter teardown, whose library finalizers could print after the last line)."""
+    interrupts.exit_on_signal(_interrupt_message)
+    # Tracebacks that background threads and finalizers (orbax's) print on their own.
+    threading.excepthook = lambda _args: None
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        code = main()
+    except BrokenPipeError:
+        code = 0  # `jaxes envs | head`: the reader stopped listening, which is not an error
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 0
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -34,9 +34,15 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxes.checks import check_int
+from jaxes.trees import (
+    broadcast_like,
+    is_rounded,
+    master_dtype,
+    num_params,
+    unflatten_like,
+)
 from jaxes.types import Params, PRNGKey
 
 NoiseState = Any
@@ -102,78 +108,6 @@ def noise_key(key) -> jax.Array:
     for w in range(2, words.shape[0]):
         out = jax.random.fold_in(out, words[w])
     return out
-
-
-def check_params(params: Params) -> Params:
-    """``params`` as strongly typed arrays; ``ValueError`` unless a non-empty pytree of floats.
-
-    Weak types are dropped so that the state a strategy returns has the same types as the one
-    it was given, and jitted ``ask``/``tell`` never retrace.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> p = check_params({"w": 1.0, "b": jnp.zeros(2, jnp.bfloat16)})
-      >>> p["w"].dtype, p["w"].weak_type, p["b"].dtype
-      (dtype('float32'), False, dtype(bfloat16))
-      >>> check_params({"w": jnp.arange(3)})  # doctest: +ELLIPSIS
-      Traceback (most recent call last):
-        ...
-      ValueError: params: leaf ['w'] has dtype int32; evolution strategies perturb floating ...
-    """
-    leaves = jax.tree.leaves(params)
-    if not leaves:
-        raise ValueError("params: expected a pytree with at least one array leaf, got an empty one")
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        dtype = jnp.result_type(leaf)
-        if not jnp.issubdtype(dtype, jnp.floating):
-            raise ValueError(
-                f"params: leaf {jax.tree_util.keystr(path) or '<root>'} has dtype {dtype}; "
-                "evolution strategies perturb floating arrays only (float32, bfloat16, ...)"
-            )
-    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
-
-
-def master_dtype(dtype) -> jnp.dtype:
-    """The dtype θ and every strategy state are kept in: at least float32.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> master_dtype(jnp.bfloat16), master_dtype(jnp.float32)
-      (dtype('float32'), dtype('float32'))
-    """
-    return jnp.promote_types(dtype, jnp.float32)
-
-
-def is_rounded(dtype) -> bool:
-    """Whether members of this dtype are coarser than their float32 master copy, so that the
-    displacement a member really had (``x_i - θ``) differs from the nominal ``σ ε``."""
-    return master_dtype(dtype) != jnp.dtype(dtype)
-
-
-def num_params(params: Params) -> int:
-    """Total number of scalars in ``params``.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> num_params({"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)})
-      8
-    """
-    return sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params))
-
-
-def unflatten_like(flat: jax.Array, params: Params) -> Params:
-    """Splits a flat vector into a pytree shaped like ``params`` (leaf order of ``jax.tree``).
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> tree = unflatten_like(jnp.arange(5.0), {"w": jnp.zeros((1, 3)), "b": jnp.zeros(2)})
-      >>> tree["b"].tolist(), tree["w"].tolist()  # dict leaves in sorted key order
-      ([0.0, 1.0], [[2.0, 3.0, 4.0]])
-    """
-    leaves, treedef = jax.tree.flatten(params)
-    sizes = [math.prod(jnp.shape(x)) for x in leaves]
-    parts = jnp.split(flat, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [flat]
-    return treedef.unflatten([p.reshape(jnp.shape(x)) for p, x in zip(parts, leaves, strict=True)])
 
 
 def gaussian() -> NoiseSource:
@@ -268,22 +202,6 @@ def perturb(params: Params, sigma, eps: Params, sign, dtypes: Params | None = No
         eps,
         dtypes,
     )
-
-
-def broadcast_like(value, params: Params) -> Params:
-    """``value`` if it is already a pytree like ``params``, else ``value`` at every leaf.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> params = {"a": jnp.zeros(2), "b": jnp.zeros(3)}
-      >>> broadcast_like(0.1, params)
-      {'a': 0.1, 'b': 0.1}
-      >>> broadcast_like({"a": 1.0, "b": 2.0}, params)
-      {'a': 1.0, 'b': 2.0}
-    """
-    if jax.tree.structure(value) == jax.tree.structure(params) and jax.tree.leaves(value):
-        return value
-    return jax.tree.map(lambda _: value, params)
 
 
 def largest_divisor_at_most(n: int, limit: int) -> int:

@@ -121,6 +121,10 @@ SHAPINGS: dict[str, Shaping] = {
 }
 
 
+# The shapings that see fitness only through its ranks.
+RANK_SHAPINGS = ("centered_rank", "log_rank")
+
+
 def get_shaping(shaping: str | Shaping) -> Shaping:
     """Looks up a shaping by name, or passes a callable through.
 

@@ -4,6 +4,23 @@ Each function runs the strategy on *your* params and fitness and raises ``Assert
 with the largest discrepancy when a property fails. They need a strategy whose ``estimate``
 stats carry ``weights``, ``masses``, ``moments`` and ``sigma`` (every jaxes strategy).
 
+Not every property holds for every strategy; a check asked of a strategy it does not apply to
+(known from ``strategy.traits``) raises ``ValueError`` saying why:
+
+==================================  =======  ====  ====  ===  ==========
+check                               open_es  pgpe  snes  ars  sep_cma_es
+==================================  =======  ====  ====  ===  ==========
+assert_update_matches_classical     yes      no    no    no   no
+assert_moments_match_population     yes      yes   yes   yes  yes
+assert_shift_and_scale_invariant    yes¹     yes¹  yes¹  yes  yes
+assert_monotone_invariant           yes²     yes²  yes²  no   yes
+assert_antithetic_centroid_on_model yes³     yes³  yes³  yes  no
+assert_members_rebuilt              yes      yes   yes   yes  yes
+==================================  =======  ====  ====  ===  ==========
+
+¹ with ``scale=None`` under ``fitness_shaping="raw"``; ² with a rank shaping (the defaults);
+³ with antithetic pairs (snes: ``antithetic=True``).
+
 Example:
   >>> import jax, jax.numpy as jnp, jaxes
   >>> es = jaxes.open_es(population_size=16, sigma=0.1)
@@ -25,6 +42,11 @@ from jaxes import centroid
 from jaxes.types import Params, Strategy
 
 FitnessArg = Callable[[Params], jax.Array] | jax.Array
+
+
+def _refuse_unless(strategy: Strategy, check: str, holds: bool, why: str) -> None:
+    if strategy.traits is not None and not holds:
+        raise ValueError(f"strategy: {check} does not apply to {strategy.traits.name}: {why}")
 
 
 def _sample(strategy: Strategy, params: Params, fitness: FitnessArg, key: jax.Array):
@@ -86,9 +108,18 @@ def assert_update_matches_classical(
       >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
       >>> assert_update_matches_classical(es, params, fitness_fn, jax.random.key(0))
     """
+    traits = strategy.traits
+    _refuse_unless(
+        strategy,
+        "assert_update_matches_classical",
+        traits is not None and traits.name == "open_es",
+        "it checks open_es's identity (one scalar σ, direction (1/(Pσ)) Σ (w_i - w̄) ε_i) and "
+        "this strategy scales its direction differently; use assert_moments_match_population",
+    )
     state, population, values = _sample(strategy, params, fitness, key)
     direction, stats = strategy.estimate(state, values)
-    if np.ndim(stats.sigma) != 0 or jax.tree.structure(stats.sigma).num_leaves != 1:
+    sigma_leaves = jax.tree.leaves(stats.sigma)
+    if len(sigma_leaves) != 1 or np.ndim(sigma_leaves[0]) != 0:
         raise ValueError(
             "strategy: assert_update_matches_classical needs a scalar σ (open_es); this "
             "strategy's σ is per coordinate, use assert_moments_match_population"
@@ -211,6 +242,13 @@ def assert_monotone_invariant(
       >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
       >>> assert_monotone_invariant(es, params, fitness_fn, jax.random.key(0), jnp.exp)
     """
+    _refuse_unless(
+        strategy,
+        "assert_monotone_invariant",
+        strategy.traits is None or strategy.traits.rank_based is not False,
+        "its update uses fitness values, not only their ranks (a rank shaping such as "
+        "'centered_rank' makes open_es, pgpe and snes invariant; ars never is)",
+    )
     state, _, values = _sample(strategy, params, fitness, key)
     base, _ = strategy.estimate(state, values)
     mapped, _ = strategy.estimate(state, transform(values))
@@ -229,6 +267,13 @@ def assert_antithetic_centroid_on_model(
       >>> fitness_fn = lambda p: -jnp.sum(p["w"] ** 2) - jnp.sum(p["b"] ** 2)
       >>> assert_antithetic_centroid_on_model(es, params, fitness_fn, jax.random.key(0))
     """
+    _refuse_unless(
+        strategy,
+        "assert_antithetic_centroid_on_model",
+        strategy.traits is None or strategy.traits.antithetic,
+        "its members are drawn independently (no antithetic pairs), so the sampled centroid "
+        "is off the model",
+    )
     state, _, values = _sample(strategy, params, fitness, key)
     _, stats = strategy.estimate(state, values)
     offset = float(centroid.tree_norm(centroid.plain_centroid(stats.moments)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -13,6 +14,22 @@ Population = Any  # the same pytree, every leaf with a leading axis of size P
 Fitness = jax.Array  # shape (P,), floating; always maximised
 State = Any
 Info = Any
+
+
+class StrategyTraits(NamedTuple):
+    """What a strategy is, for checks that hold only for some strategies (``jaxes.testing``).
+
+    Attributes:
+      name: the factory's name, e.g. ``"open_es"``.
+      antithetic: members come in pairs ``θ ± σε``.
+      rank_based: the update depends on fitness only through its ranks (so any strictly
+        increasing map of fitness leaves it unchanged); ``None`` when the shaping is a
+        user's callable.
+    """
+
+    name: str
+    antithetic: bool
+    rank_based: bool | None
 
 
 class Strategy(NamedTuple):
@@ -31,9 +48,13 @@ class Strategy(NamedTuple):
       member: ``member(state, i) -> params_i``, member ``i`` of the population the last ``ask``
         drew, built alone (the same code path as ``ask``): use it to evaluate big models in
         chunks or one device's share of the population.
-      estimate: ``estimate(state, fitness) -> (direction, stats)``: the ascent direction the
-        strategy hands its optimizer (a pytree like ``params``), before any optimizer state is
-        touched. ``tell`` is ``estimate`` followed by the update. Fitness is maximised.
+      estimate: ``estimate(state, fitness) -> (direction, stats)``: the mean's ascent direction
+        (a pytree like ``params``) *before* the step size, L2 term and optimizer, and nothing
+        changed. For every strategy ``tell`` moves the mean by the optimizer's step along
+        ``direction`` (minus ``l2_coeff · θ`` in open_es); with plain SGD (ars; snes's
+        ``η_μ`` and sep_cma_es's ``c_m``, both called ``learning_rate``; or
+        ``optimizer=optax.sgd(learning_rate)``) that step is ``learning_rate * direction``.
+        Fitness is maximised.
       population_size: the static population size ``P``.
       best_params: ``best_params(state) -> params``, the best member seen so far, rebuilt
         from its recipe (``None`` for a strategy that does not track it).
@@ -42,6 +63,7 @@ class Strategy(NamedTuple):
       members: ``members(state, first, count) -> population``, ``count`` consecutive members
         from an even ``first`` (it may be traced), bit-identical to ``member`` but building
         an antithetic pair from one read of its noise (``None``: ``vmap`` over ``member``).
+      traits: a ``StrategyTraits`` (``None`` for a strategy built by hand).
     """
 
     init: Callable[[PRNGKey, Params], State]
@@ -53,10 +75,15 @@ class Strategy(NamedTuple):
     best_params: Callable[[State], Params] | None = None
     eval_chunk: Callable[[State, int], int] | None = None
     members: Callable[[State, Any, int], Population] | None = None
+    traits: StrategyTraits | None = None
 
 
-class Task(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Task:
     """A fitness source as pure functions, in the same style as ``Strategy``.
+
+    A frozen dataclass rather than a tuple so that a family of tasks can extend it
+    (``jaxes.tasks.brax.BraxTask`` adds its ``env`` and ``policy``) and still be a ``Task``.
 
     Evaluation is split in two so that any batch of members can be evaluated apart, in chunks
     on one device or spread over devices, and give the same result: ``evaluate`` sees some
@@ -74,6 +101,13 @@ class Task(NamedTuple):
       init_params: ``init_params(key) -> params``, a starting point for the search.
       update: ``update(task_state, member_stats) -> task_state`` with every member's stats
         (leading axis ``P``); ``None``: the task state never changes.
+      act: ``act(params, obs, task_state) -> action``, the policy step that ``evaluate``,
+        ``evaluate_policy`` and a replay all use (observation normalisation included);
+        ``None`` for a task that is not a control problem.
+
+    Tasks are not split across devices by themselves: ``jaxes.step.generation_step`` gives
+    each device its members and gathers what ``evaluate`` returns, so a task never needs an
+    axis name.
     """
 
     init: Callable[[PRNGKey], Any]
@@ -81,3 +115,4 @@ class Task(NamedTuple):
     evaluate_policy: Callable[[PRNGKey, Params, Any], jax.Array]
     init_params: Callable[[PRNGKey], Params]
     update: Callable[[Any, Any], Any] | None = None
+    act: Callable[[Params, jax.Array, Any], jax.Array] | None = None

@@ -80,8 +80,8 @@ def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array
 
 def ars(
     population_size: int,
-    sigma=0.02,
-    learning_rate=0.02,
+    sigma=0.05,
+    learning_rate=0.03,
     top_k: int | None = None,
     *,
     optimizer: optax.GradientTransformation | None = None,
@@ -153,5 +153,12 @@ def ars(
         )
 
     return common.make_strategy(
-        perturbations, ARSState, "ars", lambda state: nu_at(state.generation), init, tell, estimate
+        perturbations,
+        ARSState,
+        "ars",
+        lambda state: nu_at(state.generation),
+        init,
+        tell,
+        estimate,
+        rank_based=False,  # reward differences scaled by their spread
     )

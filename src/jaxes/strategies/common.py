@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
-from jaxes.types import Strategy
+from jaxes.types import Strategy, StrategyTraits
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -164,7 +165,7 @@ def population_moments(
     float32 pairs ``Σ δ_i`` is exactly zero and is not rebuilt.
     """
     like = state.params
-    rounded = any(noise_lib.is_rounded(t.dtype) for t in jax.tree.leaves(state.dtypes))
+    rounded = any(trees.is_rounded(t.dtype) for t in jax.tree.leaves(state.dtypes))
     plain = rounded or not perturbations.antithetic
     both = jnp.stack([mass, jnp.ones_like(mass)])
     sums, square_sums = perturbations.moments(
@@ -272,7 +273,7 @@ def common_fields(
     θ and scale are zeros until the first ``tell`` (fresh buffers, so the state can be
     donated). Float32 params are not copied: the state holds the caller's arrays.
     """
-    params = noise_lib.check_params(params)
+    params = trees.check_params(params)
     dtypes = jax.tree.map(lambda x: jnp.zeros((), x.dtype), params)
     master = master_params(params)
     table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
@@ -298,8 +299,8 @@ def common_fields(
 def master_params(params):
     """``params`` checked and in their master dtype (at least float32); float32 leaves are the
     caller's own arrays, not copies."""
-    params = noise_lib.check_params(params)
-    return jax.tree.map(lambda x: x.astype(noise_lib.master_dtype(x.dtype)), params)
+    params = trees.check_params(params)
+    return jax.tree.map(lambda x: x.astype(trees.master_dtype(x.dtype)), params)
 
 
 def centre(state):
@@ -441,7 +442,7 @@ def per_coordinate(value, params):
     """A float32 pytree like ``params`` holding ``value`` (a scalar or such a pytree)."""
     return jax.tree.map(
         lambda v, x: jnp.broadcast_to(jnp.asarray(v, jnp.float32), jnp.shape(x)),
-        noise_lib.broadcast_like(value, params),
+        trees.broadcast_like(value, params),
         params,
     )
 
@@ -487,12 +488,19 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
 
 
 def make_strategy(
-    perturbations, state_type: type, strategy: str, scale_of: Callable, init, tell, estimate
+    perturbations,
+    state_type: type,
+    strategy: str,
+    scale_of: Callable,
+    init,
+    tell,
+    estimate,
+    rank_based: bool | None,
 ) -> Strategy:
     """The ``Strategy`` tuple: a strategy's own ``init``, ``tell`` and ``estimate``, plus what
     every strategy shares, built from ``scale_of(state)`` (the scale members are built with:
     σ, σ per coordinate, or σ·√C for CMA): ``ask``, ``member``, ``members``, the best-member
-    rebuild and the evaluation chunk size."""
+    rebuild, the evaluation chunk size and the traits."""
     p = perturbations.population_size
 
     def ask(key, state):
@@ -535,4 +543,18 @@ def make_strategy(
         best_params=best,
         eval_chunk=eval_chunk,
         members=members,
+        traits=StrategyTraits(strategy, perturbations.antithetic, rank_based),
     )
+
+
+def is_rank_shaping(fitness_shaping) -> bool | None:
+    """Whether a ``fitness_shaping`` setting depends on fitness only through ranks (``None``
+    for a callable, which jaxes cannot inspect).
+
+    Example:
+      >>> is_rank_shaping("centered_rank"), is_rank_shaping("z_score"), is_rank_shaping(abs)
+      (True, False, None)
+    """
+    if callable(fitness_shaping):
+        return None
+    return fitness_shaping in shaping_lib.RANK_SHAPINGS

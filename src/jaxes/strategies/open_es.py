@@ -53,7 +53,7 @@ def open_es(
     sigma=0.05,
     optimizer: optax.GradientTransformation | None = None,
     *,
-    learning_rate=1e-2,
+    learning_rate=0.03,
     l2_coeff=0.0,
     antithetic: bool = True,
     fitness_shaping="centered_rank",
@@ -150,4 +150,5 @@ def open_es(
         init,
         tell,
         estimate,
+        common.is_rank_shaping(fitness_shaping),
     )

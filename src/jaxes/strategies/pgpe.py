@@ -55,10 +55,10 @@ class PGPEState(NamedTuple):
 
 def pgpe(
     population_size: int,
-    sigma=0.1,
-    center_learning_rate=0.15,
-    stdev_learning_rate=0.1,
-    stdev_max_change=0.2,
+    sigma=0.05,
+    learning_rate=0.03,
+    sigma_learning_rate=0.1,
+    sigma_max_change=0.2,
     *,
     optimizer: optax.GradientTransformation | None = None,
     max_speed=None,
@@ -76,12 +76,12 @@ def pgpe(
     Args:
       population_size: ``P``, even (``P/2`` symmetric pairs).
       sigma: initial σ, a number > 0 or a pytree like the params.
-      center_learning_rate: ClipUp's step size for the mean (used when ``optimizer`` is None).
-      stdev_learning_rate: step size of σ (>= 0; 0 keeps σ fixed).
-      stdev_max_change: largest relative change of σ per generation, in (0, 1).
+      learning_rate: ClipUp's step size for the mean (used when ``optimizer`` is None).
+      sigma_learning_rate: step size of σ (>= 0; 0 keeps σ fixed).
+      sigma_max_change: largest relative change of σ per generation, in (0, 1).
       optimizer: any optax transformation for the mean; defaults to
-        ``jaxes.optim.clipup(center_learning_rate, max_speed, momentum)``.
-      max_speed: ClipUp's speed limit (default ``2 * center_learning_rate``).
+        ``jaxes.optim.clipup(learning_rate, max_speed, momentum)``.
+      max_speed: ClipUp's speed limit (default ``2 * learning_rate``).
       momentum: ClipUp's momentum in ``[0, 1)``.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
         callable.
@@ -98,15 +98,15 @@ def pgpe(
       True
     """
     p = common.check_population_size(population_size, antithetic=True)
-    sigma_lr = common.check_positive("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
-    max_change = common.check_positive("stdev_max_change", stdev_max_change)
-    check_below("stdev_max_change", max_change, 1.0, "(0, 1)")
+    sigma_lr = common.check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
+    max_change = common.check_positive("sigma_max_change", sigma_max_change)
+    check_below("sigma_max_change", max_change, 1.0, "(0, 1)")
     common.check_fixed_sigma(sigma, "pgpe")
     common.check_sigma(sigma)
     optimizer = common.check_optimizer(
         optimizer,
         lambda: optim.clipup(
-            common.check_positive("center_learning_rate", center_learning_rate),
+            common.check_positive("learning_rate", learning_rate),
             max_speed,
             momentum,
         ),
@@ -152,7 +152,14 @@ def pgpe(
         )
 
     return common.make_strategy(
-        perturbations, PGPEState, "pgpe", lambda state: state.sigma, init, tell, estimate
+        perturbations,
+        PGPEState,
+        "pgpe",
+        lambda state: state.sigma,
+        init,
+        tell,
+        estimate,
+        common.is_rank_shaping(fitness_shaping),
     )
 
 

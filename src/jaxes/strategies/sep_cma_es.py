@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int
@@ -97,9 +97,9 @@ def cma_constants(n: int, elite_size: int) -> CMAConstants:
 
 def sep_cma_es(
     population_size: int,
-    sigma=1.0,
+    sigma=0.05,
     elite_size: int | None = None,
-    mean_learning_rate=1.0,
+    learning_rate=1.0,
     *,
     sigma_floor=common.DEFAULT_SIGMA_FLOOR,
     noise: str = "table",
@@ -116,7 +116,7 @@ def sep_cma_es(
         pairs), so any ``P`` works. Hansen's default is ``4 + ⌊3 ln n⌋``.
       sigma: the initial global step size (> 0).
       elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
-      mean_learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
+      learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
       sigma_floor: σ never goes below it (> 0).
       noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
         ``open_es``.
@@ -135,7 +135,7 @@ def sep_cma_es(
     common.check_fixed_sigma(sigma, "sep_cma_es")
     sigma0 = common.check_positive("sigma", sigma)
     floor = common.check_positive("sigma_floor", sigma_floor)
-    c_m = common.check_positive("mean_learning_rate", mean_learning_rate)
+    c_m = common.check_positive("learning_rate", learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
     perturbations = common.make_perturbations(
         noise, noise_table_size, p, False, noise_batch_size, memory_budget
@@ -169,16 +169,17 @@ def sep_cma_es(
         return weights, centroid.scale_moments(moments, 1.0 / state.sigma)
 
     def estimate(state: SepCMAState, fitness):
-        """The mean's step ``c_m (M - m)``."""
+        """The recombination displacement ``M - m`` (the mean's step is ``c_m`` times it)."""
         weights, y_moments = weigh(state, fitness)
         moments = centroid.scale_moments(y_moments, state.sigma)
-        direction = jax.tree.map(lambda d: c_m * d, centroid.centre_of_mass(moments))
-        return direction, common.EstimateStats(weights, weights, moments, scale(state))
+        return centroid.centre_of_mass(moments), common.EstimateStats(
+            weights, weights, moments, scale(state)
+        )
 
     def tell(state: SepCMAState, fitness):
         _, y_moments = weigh(state, fitness)
         moments = centroid.scale_moments(y_moments, state.sigma)
-        n = noise_lib.num_params(state.params)
+        n = trees.num_params(state.params)
         k = cma_constants(n, mu)
         # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
         y_w = centroid.centre_of_mass(y_moments)
@@ -235,5 +236,12 @@ def sep_cma_es(
         )
 
     return common.make_strategy(
-        perturbations, SepCMAState, "sep_cma_es", scale, init, tell, estimate
+        perturbations,
+        SepCMAState,
+        "sep_cma_es",
+        scale,
+        init,
+        tell,
+        estimate,
+        rank_based=True,  # recombination weights by rank
     )

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.strategies import common
@@ -64,8 +64,8 @@ def default_sigma_learning_rate(num_params: int) -> float:
 
 def snes(
     population_size: int,
-    sigma=1.0,
-    mean_learning_rate=1.0,
+    sigma=0.05,
+    learning_rate=1.0,
     sigma_learning_rate=None,
     *,
     antithetic: bool = False,
@@ -82,7 +82,7 @@ def snes(
       population_size: ``P`` (>= 2; even when ``antithetic``). SNES samples independent
         members by default, so any ``P`` works. The paper's default is ``4 + ⌊3 ln d⌋``.
       sigma: initial σ, a number > 0 or a pytree like the params.
-      mean_learning_rate: ``η_μ`` (> 0).
+      learning_rate: ``η_μ`` (> 0).
       sigma_learning_rate: ``η_σ`` (> 0); ``None`` uses ``(3 + ln d)/(5 √d)``.
       antithetic: sample ``(+z, -z)`` pairs (off in the paper).
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
@@ -100,7 +100,7 @@ def snes(
       True
     """
     p = common.check_population_size(population_size, antithetic)
-    eta_mu = common.check_positive("mean_learning_rate", mean_learning_rate)
+    eta_mu = common.check_positive("learning_rate", learning_rate)
     if sigma_learning_rate is not None:
         common.check_positive("sigma_learning_rate", sigma_learning_rate)
     common.check_fixed_sigma(sigma, "snes")
@@ -113,7 +113,7 @@ def snes(
     def eta_sigma(params) -> float:
         if sigma_learning_rate is not None:
             return sigma_learning_rate
-        return default_sigma_learning_rate(noise_lib.num_params(params))
+        return default_sigma_learning_rate(trees.num_params(params))
 
     def init(key: jax.Array, params: Params) -> SNESState:
         master = common.master_params(params)
@@ -122,15 +122,14 @@ def snes(
         return SNESState(sigma=sigmas, **fields)
 
     def estimate(state: SNESState, fitness):
-        """The mean's step ``η_μ P m̄ (M - c)``."""
+        """The mean's natural-gradient direction ``P m̄ (M - c)`` (the step is ``η_μ`` times it)."""
         common.check_state(state, SNESState, "snes", p)
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
         moments = common.population_moments(perturbations, state, mass, state.sigma, squares=True)
-        step = eta_mu * moments.total_mass
         direction = jax.tree.map(
-            lambda com, c: step * (com - c),
+            lambda com, c: moments.total_mass * (com - c),
             centroid.centre_of_mass(moments),
             centroid.plain_centroid(moments),
         )
@@ -141,7 +140,7 @@ def snes(
         return common.finish_tell(
             state,
             fitness,
-            direction,
+            jax.tree.map(lambda d: eta_mu * d, direction),
             stats.moments,
             state.sigma,
             state.sigma,
@@ -149,7 +148,14 @@ def snes(
         )
 
     return common.make_strategy(
-        perturbations, SNESState, "snes", lambda state: state.sigma, init, tell, estimate
+        perturbations,
+        SNESState,
+        "snes",
+        lambda state: state.sigma,
+        init,
+        tell,
+        estimate,
+        common.is_rank_shaping(fitness_shaping),
     )
 
 

@@ -16,9 +16,9 @@ evaluated in chunks or split over devices gives every device the same statistics
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import warnings
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxes import policies, running_stats
+from jaxes.types import Task
 
 BACKENDS = ("generalized", "positional", "spring", "mjx")
 
@@ -107,16 +108,12 @@ class RolloutInfo(NamedTuple):
     episodes: jax.Array
 
 
-class BraxTask(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class BraxTask(Task):
     """A ``jaxes.types.Task`` that also exposes its Brax ``env`` and ``policy``."""
 
-    init: Callable
-    evaluate: Callable
-    evaluate_policy: Callable
-    init_params: Callable
-    update: Callable
-    env: Any
-    policy: policies.Policy
+    env: Any = None
+    policy: policies.Policy | None = None
 
 
 class _Carry(NamedTuple):
@@ -133,7 +130,7 @@ def brax_task(
     env_name: str = "inverted_pendulum",
     backend: str = "spring",
     episode_length: int = 1000,
-    policy: policies.Policy | str = "mlp",
+    policy: policies.Policy | str = "linear",
     hidden_sizes: tuple[int, ...] = (32, 32),
     episodes_per_member: int = 1,
     eval_episodes: int = 8,
@@ -146,7 +143,8 @@ def brax_task(
       env_name: any name from ``brax.envs`` (see ``env_names()``).
       backend: ``"generalized"``, ``"positional"``, ``"spring"`` or ``"mjx"``.
       episode_length: steps per episode (>= 1); episodes also end at ``done``.
-      policy: ``"mlp"`` (tanh MLP with ``hidden_sizes``), ``"linear"``, a flax module whose
+      policy: ``"linear"`` (the CLI's default), ``"mlp"`` (tanh MLP with ``hidden_sizes``), a
+        flax module whose
         output lies in [-1, 1] (scaled to the control range by ``policies.from_module``), or
         any ``jaxes.policies.Policy`` (used as it is).
       hidden_sizes: hidden layer widths of the ``"mlp"`` policy.
@@ -198,6 +196,14 @@ def brax_task(
     def init_params(key):
         return policy.init(key)
 
+    def act_with(params, obs, stats):
+        if normalize_observations:
+            obs = running_stats.normalize(stats, obs)
+        return policy.apply(params, obs)
+
+    def act(params, obs, task_state: BraxTaskState):
+        return act_with(params, obs, task_state.obs_stats)
+
     def rollout(params, reset_keys, stats):
         """Returns, lengths, observation moments and chunk count of a (P, E) batch."""
         num_members = jax.tree.leaves(params)[0].shape[0]
@@ -205,11 +211,10 @@ def brax_task(
         starts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_members,) + x.shape), starts)
         shape = (num_members, reset_keys.shape[0])
 
-        def act(member_params, state):
-            obs = running_stats.normalize(stats, state.obs) if normalize_observations else state.obs
-            return env.step(state, policy.apply(member_params, obs))
+        def env_step(member_params, state):
+            return env.step(state, act_with(member_params, state.obs, stats))
 
-        step_batch = jax.vmap(jax.vmap(act, in_axes=(None, 0)), in_axes=(0, 0))
+        step_batch = jax.vmap(jax.vmap(env_step, in_axes=(None, 0)), in_axes=(0, 0))
 
         def one_step(c: _Carry, _):
             active = c.alive & (c.t < episode_length)
@@ -276,7 +281,16 @@ def brax_task(
         )
         return returns[0]
 
-    return BraxTask(init, evaluate, evaluate_policy, init_params, update, env, policy)
+    return BraxTask(
+        init=init,
+        evaluate=evaluate,
+        evaluate_policy=evaluate_policy,
+        init_params=init_params,
+        update=update,
+        act=act,
+        env=env,
+        policy=policy,
+    )
 
 
 def observation_size(env) -> int:
