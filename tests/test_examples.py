@@ -58,6 +58,18 @@ def test_pmap_loop_splits_over_devices_and_keeps_replicas_identical():
     assert abs(final) < 0.05 * abs(start), out
 
 
+def test_shard_map_loop_passes_the_vma_check_and_equals_one_device():
+    out = run_example("shard_map_loop.py", timeout=120)
+    m = search(
+        rf"(\d+) devices, P=(\d+): centre's fitness {NUMBER} -> {NUMBER} .*"
+        rf"1 device's params: max diff {NUMBER}",
+        out,
+    )
+    devices, start, final, diff = int(m[1]), float(m[3]), float(m[4]), float(m[5])
+    assert devices == 4 and int(m[2]) == 32
+    assert final > 0.1 * start and diff == 0.0, out
+
+
 @pytest.mark.parametrize(
     "strategy",
     [

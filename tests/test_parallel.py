@@ -14,8 +14,8 @@ import pytest
 from conftest import TINY_FLAGS
 
 import jaxes
-from jaxes import parallel, train
-from jaxes.step import generation_step
+from jaxes import parallel, runner, train
+from jaxes.step import TrainState, generation_step
 from jaxes.tasks.brax import brax_task, observation_size
 from jaxes.tasks.functions import function_task
 
@@ -28,7 +28,7 @@ BRAX_TASK = brax_task("inverted_pendulum", "spring", 50, "mlp", hidden_sizes=(32
 
 def one_device(task, strategy=STRATEGY):
     step = generation_step(strategy, task)
-    state = train.init_state(strategy, task, seed=0)
+    state = runner.init_state(strategy, task, seed=0)
     return jax.block_until_ready(
         jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
     )
@@ -37,7 +37,7 @@ def one_device(task, strategy=STRATEGY):
 def shard_mapped(task, strategy=STRATEGY):
     mesh = parallel.make_mesh(N)
     step = parallel.sharded_step(strategy, task, mesh)
-    state = train.place(train.init_state(strategy, task, seed=0), mesh)
+    state = runner.place(runner.init_state(strategy, task, seed=0), mesh)
     # Block: two multi-device programs in flight at once can stall each other's collectives
     # on a CPU with fewer cores than (fake) devices.
     return jax.block_until_ready(
@@ -50,7 +50,7 @@ def pmapped(task):
     pstep = jax.pmap(
         parallel.local_step(STRATEGY, task, N, "devices"), axis_name="devices", donate_argnums=0
     )
-    state = train.init_state(STRATEGY, task, seed=0)
+    state = runner.init_state(STRATEGY, task, seed=0)
     state = jax.tree.map(lambda x: jnp.stack([x] * N), state)
     for _ in range(GENERATIONS):
         state, _ = pstep(state)
@@ -85,7 +85,7 @@ def test_one_device_shard_map_and_pmap_agree(task):
         assert np.max(np.abs(np.asarray(a.mean) - np.asarray(b.mean)) / std) < 5e-2
         np.testing.assert_allclose(a.m2, b.m2, rtol=5e-2)
     moved = max_diff(
-        single.strategy_state.params, train.init_state(STRATEGY, task, 0).strategy_state.params
+        single.strategy_state.params, runner.init_state(STRATEGY, task, 0).strategy_state.params
     )
     assert moved > 1e-3  # the runs really trained
 
@@ -93,7 +93,7 @@ def test_one_device_shard_map_and_pmap_agree(task):
 @pytest.mark.parametrize(
     "strategy",
     [
-        jaxes.pgpe(16, 0.05, center_learning_rate=0.05),
+        jaxes.pgpe(16, 0.05, learning_rate=0.05),
         jaxes.snes(16, 0.05),
         jaxes.ars(16, 0.05, learning_rate=0.05, top_k=4),
         jaxes.sep_cma_es(16, 0.05),
@@ -111,7 +111,8 @@ def test_every_strategy_splits_over_devices(strategy):
     ]
     assert max(max_diff(a, b) for a, b in floats) <= 1e-5
     assert (
-        max_diff(single.params, train.init_state(strategy, FN_TASK, 0).strategy_state.params) > 1e-3
+        max_diff(single.params, runner.init_state(strategy, FN_TASK, 0).strategy_state.params)
+        > 1e-3
     )
 
 
@@ -129,7 +130,7 @@ def collectives(hlo_text):
 
 def test_only_fitness_and_fixed_statistics_cross_devices():
     mesh = parallel.make_mesh(N)
-    state = train.place(train.init_state(STRATEGY, BRAX_TASK, 0), mesh)
+    state = runner.place(runner.init_state(STRATEGY, BRAX_TASK, 0), mesh)
     step = jax.jit(parallel.sharded_step(STRATEGY, BRAX_TASK, mesh))
     hlo = step.lower(state).compile().as_text()
     found = collectives(hlo)
@@ -140,6 +141,83 @@ def test_only_fitness_and_fixed_statistics_cross_devices():
     # Fitness (P) and per-member observation moments (P × obs), nothing parameter-sized.
     assert max(count for _, count in found) <= STRATEGY.population_size * obs
     assert any(op == "all-gather" and count == STRATEGY.population_size for op, count in found)
+
+
+SMALL = jaxes.open_es(16, 0.05, learning_rate=0.05, noise_table_size=2**16)
+
+
+def sphere(x):
+    return -jnp.sum(x**2)
+
+
+def users_loop(gather):
+    """A user's own loop, as the user writes it: ``shard_map`` (default ``check_vma``) around a
+    ``lax.scan`` of ask → this device's members → fitness → ``gather`` → tell."""
+    share = SMALL.population_size // N
+
+    def run(state, keys):
+        first = jax.lax.axis_index("d") * share
+
+        def generation(state, key):
+            _, state = SMALL.ask(key, state)
+            mine = first + jnp.arange(share)
+            fitness = jax.vmap(lambda i: sphere(SMALL.member(state, i)))(mine)
+            return SMALL.tell(state, gather(fitness, "d"))[0], None
+
+        return jax.lax.scan(generation, state, keys)[0]
+
+    mesh = jax.make_mesh((N,), ("d",))
+    spec = jax.sharding.PartitionSpec()
+    return jax.jit(jax.shard_map(run, mesh=mesh, in_specs=spec, out_specs=spec))
+
+
+def test_a_users_shard_map_loop_needs_gather_members_under_the_vma_check():
+    state = SMALL.init(jax.random.key(0), jnp.ones(10))
+    keys = jax.random.split(jax.random.key(1), GENERATIONS)
+    # A plain all_gather types the gathered fitness, and so the told state, as varying over the
+    # axis: the scan refuses the carry (at trace time; nothing is compiled).
+    plain = users_loop(lambda x, axis: jax.lax.all_gather(x, axis, tiled=True))
+    with pytest.raises(TypeError, match=r"(?s)carry input and carry output must have equal.*V:d"):
+        plain.lower(state, keys)
+    split = jax.block_until_ready(users_loop(parallel.gather_members)(state, keys))
+
+    def generation(state, key):  # one device, the whole population
+        population, state = SMALL.ask(key, state)
+        return SMALL.tell(state, jax.vmap(sphere)(population))[0], None
+
+    single = jax.jit(lambda s, k: jax.lax.scan(generation, s, k)[0])(state, keys)
+    assert max_diff(single.params, split.params) <= 1e-6
+    assert max_diff(single.params, state.params) > 1e-3  # it trained
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        SMALL,
+        jaxes.pgpe(16, 0.05, learning_rate=0.05),
+        jaxes.snes(16, 0.05),
+        jaxes.ars(16, 0.05, learning_rate=0.05, top_k=4),
+        jaxes.sep_cma_es(16, 0.05),
+    ],
+    ids=["open_es", "pgpe", "snes", "ars", "sep_cma_es"],
+)
+def test_local_step_in_a_users_shard_map_passes_the_vma_check(strategy):
+    # Tracing only: the check runs while the scan is traced; eval_shape compiles nothing.
+    mesh = parallel.make_mesh(N)
+    spec = jax.sharding.PartitionSpec()
+    step = jax.shard_map(
+        parallel.local_step(strategy, FN_TASK, N), mesh=mesh, in_specs=spec, out_specs=spec
+    )
+    state = jax.eval_shape(
+        lambda: TrainState(
+            strategy.init(jax.random.key(0), FN_TASK.init_params(None)),
+            FN_TASK.init(None),
+            jax.random.key(1),
+            jnp.zeros((), jnp.int32),
+        )
+    )
+    out = jax.eval_shape(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, 2), state)
+    assert jax.tree.structure(out[0]) == jax.tree.structure(state)
 
 
 def test_indivisible_population_names_both_numbers_and_nearest_valid():

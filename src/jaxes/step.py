@@ -83,8 +83,11 @@ def generation_step(
             first_is_even=per_shard % 2 == 0,
         )
         if axis_name is not None:
-            fitness = jax.lax.all_gather(fitness, axis_name, tiled=True)
-            stats = jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, tiled=True), stats)
+            from jaxes.parallel import gather_members  # here: jaxes.parallel imports this module
+
+            # Gathered as axis-invariant values (and a psum is one), so the new state is typed
+            # as the same on every device: shard_map's check_vma holds.
+            fitness, stats = gather_members((fitness, stats), axis_name)
             rollout = jax.lax.psum(rollout, axis_name)
         task_state = ts.task_state if task.update is None else task.update(ts.task_state, stats)
         strategy_state, info = strategy.tell(strategy_state, fitness)
