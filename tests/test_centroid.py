@@ -1,4 +1,4 @@
-"""The centre-of-mass identities of DESIGN.md, on random pytrees, P and σ."""
+"""The centre-of-mass identities of docs/maths.md, on random pytrees, P and σ."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """Centre-of-mass algebra of one sampled population.
 
-Notation (DESIGN.md): model θ, members ``x_i = θ + δ_i`` with ``δ_i = σ ε_i``, weights ``w_i``.
+Notation (docs/maths.md): model θ, members ``x_i = θ + δ_i`` with ``δ_i = σ ε_i``, weights ``w_i``.
 
 * masses ``m_i = w_i - min_j w_j`` (non-negative; a constant shift of ``w`` changes nothing),
 * plain centroid ``c = θ + (1/P) Σ δ_i`` (``c = θ`` exactly with antithetic pairs),
