@@ -1,5 +1,7 @@
 """The Brax task against a plain Python loop over env.step."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,12 +25,25 @@ def policy_population(task, seed=0, scale=0.3):
     return jax.tree.map(jnp.add, params, noise)
 
 
-def python_loop(task, env, member_params, reset_key, stats):
-    """Reference: step until done or EPISODE steps; reward counts up to and including done."""
-    step = jax.jit(env.step)
-    state = jax.jit(env.reset)(reset_key)
+@functools.cache
+def jitted_env(env):
+    """``env.reset`` and ``env.step``, jitted once per env. The step's outputs take the dtypes
+    of its input state (Brax returns weakly typed rewards), so the state ``reset`` gives and
+    the state a step gives share one compiled step."""
+
+    def step(state, action):
+        return jax.tree.map(lambda x, t: jnp.asarray(x, t.dtype), env.step(state, action), state)
+
+    return jax.jit(env.reset), jax.jit(step)
+
+
+def python_loop(task, env, member_params, reset_key, stats, episode_length=EPISODE):
+    """Reference: step until done or episode_length steps; reward counts up to and including
+    done."""
+    reset, step = jitted_env(env)
+    state = reset(reset_key)
     total, seen = 0.0, []
-    for _ in range(EPISODE):
+    for _ in range(episode_length):
         seen.append(np.asarray(state.obs))
         obs = running_stats.normalize(stats, state.obs)
         state = step(state, task.policy.apply(member_params, obs))
@@ -72,6 +87,8 @@ def test_returns_and_observation_statistics_match_a_python_loop(setup):
     np.testing.assert_allclose(fitness, returns.mean(1), rtol=1e-5)
     assert min(lengths) < EPISODE  # some episodes really ended early and were masked
     assert int(info.alive_steps) == sum(lengths) and int(info.episodes) == P * E
+    # Whole chunks of 7 steps for the whole batch, until the longest episode ended.
+    assert int(info.env_steps) == -(-max(lengths) // 7) * 7 * P * E
     obs = np.stack(observations)
     merged = np.concatenate([np.array([[0.1, -0.2, 0.3, 0.0], [0.3, 0.2, -0.1, 0.2]]), obs])
     np.testing.assert_allclose(new_state.obs_stats.mean, merged.mean(0), rtol=1e-4, atol=1e-6)
@@ -123,12 +140,28 @@ def test_non_finite_physics_ranks_worst_and_the_run_goes_on():
 
 
 @pytest.mark.parametrize("backend", ["generalized", "positional"])
-def test_other_backends_roll_out(backend):
-    task = brax_tasks.brax_task("inverted_pendulum", backend, 20, "linear", eval_episodes=2)
-    returns = jax.jit(task.evaluate_policy)(
-        jax.random.key(0), task.init_params(jax.random.key(1)), task.init(jax.random.key(2))
+def test_other_backends_match_a_python_loop(backend):
+    # Chunks of 7 steps run 21 > 20 steps: the cap at the episode length must mask the last.
+    length = 20
+    task = brax_tasks.brax_task(
+        "inverted_pendulum", backend, length, "linear", eval_episodes=2, chunk_length=7
     )
-    assert returns.shape == (2,) and bool(jnp.all(returns > 0))
+    evaluate_policy = jax.jit(task.evaluate_policy)
+    state, key = task.init(jax.random.key(2)), jax.random.key(0)
+    zero = task.init_params(jax.random.key(1))  # the linear policy starts at zero: action 0
+    push = jax.tree.map(lambda x: x + 50.0, zero)  # full push: the pole falls in a few steps
+    for params, survives in ((zero, True), (push, False)):
+        returns = evaluate_policy(key, params, state)
+        loop = [
+            python_loop(task, task.env, params, k, state.obs_stats, length)
+            for k in jax.random.split(key, 2)
+        ]
+        # inverted_pendulum pays 1 per step, done step included, so a return is the episode's
+        # length: all of it if the pole stays up, else up to the fall (later steps are masked;
+        # the env itself goes on paying 1 a step after done).
+        assert [total for total, _ in loop] == [float(len(seen)) for _, seen in loop]
+        np.testing.assert_array_equal(returns, [total for total, _ in loop])
+        assert bool(jnp.all(returns == length)) == survives
 
 
 def test_policies_act_inside_the_control_range():

@@ -112,9 +112,57 @@ def test_noise_keys_do_not_depend_on_the_prng_implementation():
     np.testing.assert_array_equal(recipe.population(None, raw, like, 1.0)["w"], typed)
 
 
-def test_noise_is_gaussian():
-    eps = noise.gaussian().sample(None, jax.random.key(0), jnp.zeros(100_000))
-    assert abs(float(jnp.mean(eps))) < 0.02 and abs(float(jnp.std(eps)) - 1) < 0.02
+@pytest.mark.parametrize("size, block", [(64, 8), (10, 5)], ids=["one-window", "two-blocks"])
+def test_table_windows_start_at_uniform_key_derived_offsets(size, block):
+    # 8 coordinates: one window of 8 from a table of 64 (57 possible offsets), or two blocks
+    # of 5 from a table of 10 (6 offsets each; the second block's last 2 entries unused).
+    like = {"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)}
+    n = 20_000
+    recipe = noise.Perturbations(noise.noise_table(size), 2 * n, True)
+    table = recipe.source.init(jax.random.key(0), like)
+    eps = jax.jit(jax.vmap(lambda j: recipe.base(table, jax.random.key(1), j, like)))(jnp.arange(n))
+    flat = np.concatenate([np.reshape(x, (n, -1)) for x in jax.tree.leaves(eps)], axis=1)
+    values = np.asarray(table.values)
+    assert np.unique(values).size == size  # so a value names its position in the table
+    position = {float(v): k for k, v in enumerate(values)}
+    blocks = -(-flat.shape[1] // block)
+    offsets = np.empty((n, blocks), int)
+    for b in range(blocks):
+        part = flat[:, b * block : (b + 1) * block]
+        offsets[:, b] = [position[float(v)] for v in part[:, 0]]
+        # Each block is the table's own window at that offset.
+        window = offsets[:, b, None] + np.arange(part.shape[1])
+        assert window.max() < size
+        np.testing.assert_array_equal(part, values[window])
+    # Every offset 0 .. size - block (the last window included) is drawn equally often, and
+    # the blocks of one perturbation draw theirs independently: a chi-square test over the
+    # joint cells, against its mean (cells - 1) plus 6 of its standard deviations.
+    cells = (size - block + 1) ** blocks
+    joint = np.ravel_multi_index(offsets.T, (size - block + 1,) * blocks)
+    counts = np.bincount(joint, minlength=cells)
+    assert counts.size == cells and counts.min() > 0
+    expected = n / cells
+    chi2 = np.sum((counts - expected) ** 2 / expected)
+    assert chi2 < (cells - 1) + 6 * np.sqrt(2 * (cells - 1)), chi2
+
+
+def test_noise_key_uses_every_word_of_any_key():
+    threefry = jax.random.key(5)
+    assert noise.noise_key(threefry) is threefry  # passes through unchanged
+    raw = jnp.array([1, 2, 3, 4], jnp.uint32)  # e.g. an rbg key's data
+
+    def data(key):
+        assert str(jax.random.key_impl(key)) == "threefry2x32" and key.shape == ()
+        return tuple(np.asarray(jax.random.key_data(key)).tolist())
+
+    mapped = data(noise.noise_key(raw))
+    assert mapped == data(jax.jit(noise.noise_key)(raw))  # the same words, the same key
+    # Changing any one word changes the key.
+    others = {data(noise.noise_key(raw.at[w].add(1))) for w in range(4)}
+    assert len(others | {mapped}) == 5
+    typed = jax.random.wrap_key_data(raw, impl="rbg")
+    assert data(noise.noise_key(typed)) == mapped  # a typed key maps like its own data
+    assert data(noise.noise_key(raw[:2])) == (1, 2)  # two words are threefry data already
 
 
 def test_bad_noise_settings():
