@@ -9,6 +9,7 @@ touched; Ctrl-C exits with 130 within moments, also during an XLA compile
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -334,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, CheckpointError, OSError, ConnectionError) as err:
         if isinstance(err, BrokenPipeError):
             raise
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            # Out of space: what failed, where, and that what was written is safe.
+            where = f" ({err.filename})" if err.filename else ""
+            return _fail(
+                f"{err.strerror}{where} while writing the run; files already written are whole, "
+                "resume with --resume once it is fixed"
+            )
         text = str(err).splitlines()[0] if str(err) else type(err).__name__
         return _fail(text)
     except KeyboardInterrupt:
