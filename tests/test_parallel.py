@@ -220,6 +220,19 @@ def test_local_step_in_a_users_shard_map_passes_the_vma_check(strategy):
     assert jax.tree.structure(out[0]) == jax.tree.structure(state)
 
 
+def test_the_brax_rollout_passes_the_vma_check_in_a_users_shard_map():
+    # The rollout's loop carries start invariant and become varying: typed by
+    # collectives.varying, or tracing fails with "carry input and carry output ...".
+    mesh = parallel.make_mesh(N)
+    spec = jax.sharding.PartitionSpec()
+    step = jax.shard_map(
+        parallel.local_step(STRATEGY, BRAX_TASK, N), mesh=mesh, in_specs=spec, out_specs=spec
+    )
+    state = jax.eval_shape(lambda: runner.init_state(STRATEGY, BRAX_TASK, 0))
+    out, metrics = jax.eval_shape(step, state)
+    assert jax.tree.structure(out) == jax.tree.structure(state) and metrics["env_steps"].shape == ()
+
+
 def test_indivisible_population_names_both_numbers_and_nearest_valid():
     with pytest.raises(
         ValueError,

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxes.collectives import gather_members as gather_members  # public here too
 from jaxes.step import generation_step
 from jaxes.types import Strategy, Task
 
@@ -55,41 +56,6 @@ def check_split(population_size: int, num_devices: int) -> int:
         f"{num_devices} devices; nearest valid population sizes: "
         + " or ".join(str(o) for o in options)
     )
-
-
-def gather_members(values, axis_name: str = AXIS):
-    """Every device's values for its own members, joined in member order: the population's.
-
-    Each leaf of ``values`` (the fitness, or any pytree of per-member values with a leading
-    member axis, e.g. a task's statistics) holds this device's ``P / n`` members; each leaf of
-    the result holds all ``P``, device 0's first, the same on every device along ``axis_name``.
-
-    Under ``jax.shard_map`` the result is also *typed* as the same on every device (invariant
-    along ``axis_name``: ``jax.lax.all_gather(..., to="invarying")``). A plain
-    ``jax.lax.all_gather`` moves the same values but types them as varying; a ``tell`` on them
-    then makes the whole new state varying, and with ``check_vma=True`` (shard_map's default) a
-    ``lax.scan`` over generations fails with ``carry input and carry output must have equal
-    types ... {V:...}``, and ``out_specs=PartitionSpec()`` is refused. It also works under
-    ``jax.pmap``, and under ``jax.vmap`` with an ``axis_name`` (a plain ``all_gather`` there).
-
-    Example (any device count; ``"population"`` is ``make_mesh``'s axis):
-      >>> import jax, jax.numpy as jnp
-      >>> mesh = make_mesh()
-      >>> n = mesh.devices.size
-      >>> gather = jax.shard_map(  # each device: its 2 members in, all 2·n out, replicated
-      ...     lambda f: gather_members(f, "population"), mesh=mesh,
-      ...     in_specs=PartitionSpec("population"), out_specs=PartitionSpec())
-      >>> jax.jit(gather)(jnp.arange(2.0 * n)).tolist() == list(range(2 * n))
-      True
-
-    In a loop of one's own (``docs/distributed.md``, ``examples/shard_map_loop.py``):
-    ``state, info = strategy.tell(state, gather_members(my_fitness, "d"))``.
-    """
-    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    manual = jax.sharding.get_abstract_mesh().manual_axes
-    # Only shard_map's axes are typed; vmap's axis_name would make the invariant gather fail.
-    to = "invarying" if all(name in manual for name in names) else "varying"
-    return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, tiled=True, to=to), values)
 
 
 def local_step(strategy: Strategy, task: Task, num_shards: int, axis_name: str = AXIS):
@@ -154,9 +120,9 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def sharded_step(strategy: Strategy, task: Task, mesh: Mesh):
     """``local_step`` under ``shard_map`` over ``mesh``: replicated state in and out.
 
-    Runs with ``check_vma=False``: the Brax task's rollout does not pass JAX's check of varying
-    manual axes yet (``local_step`` in a ``shard_map`` of one's own passes it with the function
-    tasks; ``docs/distributed.md``).
+    Runs with ``check_vma=False``: some Brax backends' own code (generalized, MJX) fails JAX's
+    check of varying manual axes; jaxes' own code and the spring and positional backends pass
+    it (``docs/distributed.md``).
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxes
@@ -171,10 +137,9 @@ def sharded_step(strategy: Strategy, task: Task, mesh: Mesh):
       (1, 4)
     """
     step = local_step(strategy, task, mesh.devices.size, mesh.axis_names[0])
-    # generation_step itself passes JAX's check of varying manual axes (it gathers with
-    # gather_members), but a task's code must pass it too, and the Brax task does not yet: its
-    # rollout loops (and Brax's own substep scan in env.step) carry values that start the same
-    # on every device and become varying with the members' actions. docs/distributed.md.
+    # generation_step and the Brax rollout pass JAX's check of varying manual axes (gathers
+    # and loop carries are typed by jaxes.collectives), but a task's physics must pass it too:
+    # Brax's generalized backend (jaxopt's loop) and MJX's solver do not, so it stays off here.
     return jax.shard_map(
         step, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False
     )

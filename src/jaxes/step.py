@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 
 from jaxes import evaluation
+from jaxes.collectives import gather_members
 from jaxes.types import Strategy, Task
 
 
@@ -83,8 +84,6 @@ def generation_step(
             first_is_even=per_shard % 2 == 0,
         )
         if axis_name is not None:
-            from jaxes.parallel import gather_members  # here: jaxes.parallel imports this module
-
             # Gathered as axis-invariant values (and a psum is one), so the new state is typed
             # as the same on every device: shard_map's check_vma holds.
             fitness, stats = gather_members((fitness, stats), axis_name)

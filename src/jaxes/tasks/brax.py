@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes import policies, running_stats
+from jaxes import collectives, policies, running_stats
 from jaxes.types import Task
 
 BACKENDS = ("generalized", "positional", "spring", "mjx")
@@ -224,7 +224,7 @@ def brax_task(
                 c.moments,
                 running_stats.batch_moments(stats, c.env_state.obs, active, axes=(1,)),
             )
-            nxt = step_batch(params, c.env_state)
+            nxt = collectives.varying(step_batch(params, c.env_state))
             broken = ~(jnp.isfinite(nxt.reward) & jnp.all(jnp.isfinite(nxt.obs), axis=-1))
             returns = c.returns + jnp.where(active, nxt.reward, 0.0)
             returns = jnp.where(active & broken, jnp.nan, returns)
@@ -254,7 +254,9 @@ def brax_task(
             moments=running_stats.zero_moments(obs_size, (num_members,)),
             chunks=jnp.zeros((), jnp.int32),
         )
-        out = jax.lax.while_loop(keep_going, run_chunk, carry)
+        # Under shard_map the carry starts the same on every device and becomes each device's own
+        # (its members act): typed varying from the start, so the loop keeps one type.
+        out = jax.lax.while_loop(keep_going, run_chunk, collectives.varying(carry))
         return out.returns, out.lengths, out.moments, out.chunks
 
     def evaluate(key, members, task_state: BraxTaskState):
