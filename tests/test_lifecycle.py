@@ -77,7 +77,7 @@ def test_version_and_a_closed_pipe():
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--seed", str(2**31)], "seed: expected an int from 0 to 2147483647, got 2147483648"),
+        (["--seed", str(2**31)], "seed: expected an int in [0, 2147483647], got 2147483648"),
         (["--out", ""], "out: expected a directory path, got ''"),
     ],
 )

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable
 
+from jaxes import rundir, runner
 from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
 from jaxes.tasks import brax as brax_tasks
 from jaxes.types import Strategy, Task
@@ -30,7 +31,6 @@ LEARNING_RATE_MEANING = (
     "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
 )
 POLICIES = ("linear", "mlp")
-MAX_SEED = 2**31 - 1  # jax.random.key takes a signed 32-bit seed without x64
 
 
 def strategy_default(strategy: str, setting: str) -> float:
@@ -64,7 +64,7 @@ class TrainConfig:
       >>> TrainConfig(seed=2**31)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.config.ConfigError: seed: expected an int from 0 to 2147483647, got 2147483648
+      jaxes.config.ConfigError: seed: expected an int in [0, 2147483647], got 2147483648
     """
 
     env: str = "inverted_pendulum"
@@ -86,22 +86,16 @@ class TrainConfig:
     devices: int = 0
 
     def __post_init__(self):
-        for name in (
-            "episode_length",
-            "population_size",
-            "generations",
-            "episodes_per_member",
-            "eval_every",
-            "eval_episodes",
-            "checkpoint_every",
-        ):
+        for name in ("episode_length", "population_size", "episodes_per_member", "eval_episodes"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
-        if not _is_int(self.devices) or self.devices < 0:
-            raise ConfigError(f"devices: expected an int >= 0 (0 = all), got {self.devices!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError(f"seed: expected an int from 0 to {MAX_SEED}, got {self.seed!r}")
+        try:  # the runner's own checks of its loop settings
+            runner.check_loop(
+                self.generations, self.seed, self.eval_every, self.checkpoint_every, self.devices
+            )
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         for name in ("env", "backend", "strategy", "policy"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name}: expected a string, got {getattr(self, name)!r}")
@@ -134,11 +128,6 @@ class TrainConfig:
         if self.backend not in brax_tasks.BACKENDS:
             raise ConfigError(
                 f"backend: unknown {self.backend!r}; allowed: {list(brax_tasks.BACKENDS)}"
-            )
-        if self.checkpoint_every % self.eval_every:
-            raise ConfigError(
-                f"checkpoint_every: must be a multiple of eval_every ({self.eval_every}), "
-                f"got {self.checkpoint_every}"
             )
 
     def to_dict(self) -> dict:
@@ -178,15 +167,8 @@ class TrainConfig:
 
 
 def read_config(path: str) -> TrainConfig:
-    """The ``TrainConfig`` in a ``config.json``; a ``ConfigError`` naming the file otherwise."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file") from None
-    return TrainConfig.from_dict(data, path)
+    """The ``TrainConfig`` in a ``config.json``; errors name the file (and the field)."""
+    return TrainConfig.from_dict(rundir.read_json(path), path)
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +36,7 @@ from jaxes.step import TrainState, generation_step
 from jaxes.strategies.common import centre
 from jaxes.types import Strategy, Task
 
-MAX_SEED = 2**31 - 1
-# Settings of the loop itself; everything else in config.json describes the strategy and task.
-LOOP_SETTINGS = ("generations", "seed", "eval_every", "checkpoint_every", "devices")
+MAX_SEED = 2**31 - 1  # jax.random.key takes a signed 32-bit seed without x64
 
 
 def init_state(strategy: Strategy, task: Task, seed: int) -> TrainState:
@@ -140,60 +138,59 @@ def to_host(tree):
     )
 
 
-def run_settings(
-    strategy: Strategy,
-    generations: int,
-    seed: int,
-    eval_every: int,
-    checkpoint_every: int | None,
-    devices: int,
-    config: Mapping | None,
-) -> dict:
-    """The settings ``config.json`` records: the loop's, the strategy's name and population,
-    and the caller's ``config`` (JSON values; where it repeats a loop setting it must agree).
+def check_loop(generations, seed, eval_every, checkpoint_every=None, devices=0) -> dict[str, int]:
+    """The loop's settings, checked (``ValueError`` naming the bad one); ``checkpoint_every``
+    defaults to ``eval_every``. ``TrainConfig`` checks its loop fields with this too.
 
     Example:
-      >>> import jaxes
-      >>> s = run_settings(jaxes.pgpe(8), 20, 0, 5, None, 0, {"lr": 0.1})
-      >>> s["strategy"], s["checkpoint_every"], s["lr"]
-      ('pgpe', 5, 0.1)
+      >>> check_loop(20, 0, 5)["checkpoint_every"]
+      5
+      >>> check_loop(20, 0, 5, 7)
+      Traceback (most recent call last):
+        ...
+      ValueError: checkpoint_every: must be a multiple of eval_every (5), got 7
     """
-    check_int("generations", generations, 1)
-    check_int("eval_every", eval_every, 1)
-    check_int("devices", devices, 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed: expected an int from 0 to {MAX_SEED}, got {seed!r}")
     checkpoint_every = eval_every if checkpoint_every is None else checkpoint_every
-    check_int("checkpoint_every", checkpoint_every, 1)
-    if checkpoint_every % eval_every:
+    loop = dict(
+        generations=check_int("generations", generations, 1),
+        seed=check_int("seed", seed, 0, MAX_SEED),
+        eval_every=check_int("eval_every", eval_every, 1),
+        checkpoint_every=check_int("checkpoint_every", checkpoint_every, 1),
+        devices=check_int("devices", devices, 0),
+    )
+    if loop["checkpoint_every"] % loop["eval_every"]:
         raise ValueError(
             f"checkpoint_every: must be a multiple of eval_every ({eval_every}), "
             f"got {checkpoint_every}"
         )
-    loop = dict(
-        generations=generations,
-        seed=seed,
-        eval_every=eval_every,
-        checkpoint_every=checkpoint_every,
-        devices=devices,
-    )
+    return loop
+
+
+def run_settings(strategy: Strategy, loop: dict, config: Mapping | None) -> dict:
+    """The settings ``config.json`` records: the ``loop``'s (``check_loop``), the strategy's
+    name and population, and the caller's ``config`` (JSON values; where it repeats one of
+    those it must agree).
+
+    Example:
+      >>> import jaxes
+      >>> s = run_settings(jaxes.pgpe(8), check_loop(20, 0, 5), {"lr": 0.1})
+      >>> s["strategy"], s["checkpoint_every"], s["lr"]
+      ('pgpe', 5, 0.1)
+    """
     traits = strategy.traits
-    settings = {
+    own = {
         "strategy": traits.name if traits is not None else "custom",
         "population_size": strategy.population_size,
+        **loop,
     }
     try:
         extra = json.loads(json.dumps(dict(config or {}), allow_nan=False))
     except (TypeError, ValueError) as err:
         raise ValueError(f"config: expected JSON values (numbers, strings, lists), {err}") from None
     for name, value in extra.items():
-        if name in loop and value != loop[name]:
-            raise ValueError(f"config: {name}={value!r} differs from the run's {loop[name]!r}")
-        if name in settings and value != settings[name]:
-            raise ValueError(
-                f"config: {name}={value!r} differs from the strategy's {settings[name]!r}"
-            )
-    return {**settings, **extra, **loop}
+        if name in own and value != own[name]:
+            raise ValueError(f"config: {name}={value!r} differs from the run's {own[name]!r}")
+    return {**extra, **own}
 
 
 def _check_same_run(saved, settings: dict, path: str, resume: bool) -> None:
@@ -305,82 +302,30 @@ def run(
       4
     """
     out = rundir.check_out(out)
-    settings = run_settings(
-        strategy, generations, seed, eval_every, checkpoint_every, devices, config
-    )
-    checkpoint_every = settings["checkpoint_every"]
+    loop = check_loop(generations, seed, eval_every, checkpoint_every, devices)
+    settings = run_settings(strategy, loop, config)
     mesh = make_mesh(devices or None)
     check_split(strategy.population_size, mesh.devices.size)
     primary = jax.process_index() == 0
     stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
+    title = title or f"{settings['strategy']}, P={strategy.population_size}"
     with rundir.lock(out) if primary else contextlib.nullcontext():
         mode = _open_run(out, settings, resume) if primary else ("resume" if resume else "new")
-        return _train(
-            strategy,
-            task,
-            out,
-            settings,
-            mode,
-            mesh,
-            primary,
-            stream,
-            progress_fn,
-            plot,
-            title or f"{settings['strategy']}, P={strategy.population_size}",
+        stream.write(
+            f"jaxes train: {title} on {mesh.devices.size} device(s), {generations} generations "
+            f"-> {out}\n"
         )
-
-
-def _train(strategy, task, out, settings, mode, mesh, primary, stream, progress_fn, plot, title):
-    generations, eval_every = settings["generations"], settings["eval_every"]
-    stream.write(
-        f"jaxes train: {title} on {mesh.devices.size} device(s), {generations} generations "
-        f"-> {out}\n"
-    )
-    stream.flush()
-    ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"))
-    try:
-        state = place(init_state(strategy, task, settings["seed"]), mesh)
-        start, skipped = 0, []
-        if mode == "resume":
-            start, state, damaged = ckpt.restore_newest_readable(state)
-            for step, reason in damaged:
-                kept_at = ckpt.set_aside(step) if primary else None
-                stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
-                skipped.append(reason)
-            stream.write(f"resuming from checkpoint {start}\n")
-        elif mode == "restart":
-            stream.write("no checkpoint yet: starting again from generation 0\n")
-        if start > generations:
-            raise ValueError(
-                f"generations: the run has done {start} generations already; ask for at least "
-                f"{start}"
-            )
-        if start % eval_every and start != generations:
-            raise checkpoint.CheckpointError(
-                f"checkpoint {start} is not at a block boundary (eval_every={eval_every})"
-            )
-        metrics_path = os.path.join(out, rundir.METRICS)
-        kept = []
-        if primary:
-            kept = rundir.truncate_metrics(metrics_path, start)
-        wall_offset = kept[-1]["wall_time_s"] if kept else 0.0
-        evals = [x["eval_return"] for x in kept if x.get("eval_return") is not None]
-        done, new_eval, seconds = _loop(
-            strategy,
-            task,
-            state,
-            start,
-            settings,
-            mesh,
-            ckpt,
-            primary,
-            stream,
-            progress_fn,
-            metrics_path,
-            wall_offset,
-        )
-    finally:
-        ckpt.close()
+        stream.flush()
+        ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"))
+        try:
+            session = _Session(strategy, task, settings, mesh, ckpt, primary, stream, progress_fn)
+            state, start, skipped = _starting_state(session, mode)
+            metrics_path = os.path.join(out, rundir.METRICS)
+            kept = rundir.truncate_metrics(metrics_path, start) if primary else []
+            done, new_eval, seconds = _loop(session, state, start, metrics_path, kept)
+        finally:
+            ckpt.close()
+    evals = [x["eval_return"] for x in kept if x.get("eval_return") is not None]
     summary = {
         "generations": done,
         "start_generation": start,
@@ -393,6 +338,40 @@ def _train(strategy, task, out, settings, mode, mesh, primary, stream, progress_
     if plot and primary:
         summary["plot"] = _plot(metrics_path, os.path.join(out, "learning_curve.png"))
     return summary
+
+
+class _Session(NamedTuple):
+    """What stays fixed while one ``run`` trains."""
+
+    strategy: Strategy
+    task: Task
+    settings: dict
+    mesh: Any
+    ckpt: checkpoint.Checkpointer
+    primary: bool
+    stream: TextIO
+    progress_fn: Callable[[int, dict], Any] | None
+
+
+def _starting_state(session: _Session, mode: str):
+    """The state to train from, its generation, and the damaged checkpoints passed over."""
+    strategy, task, ckpt, stream = session.strategy, session.task, session.ckpt, session.stream
+    state = place(init_state(strategy, task, session.settings["seed"]), session.mesh)
+    if mode == "restart":
+        stream.write("no checkpoint yet: starting again from generation 0\n")
+    if mode != "resume":
+        return state, 0, []
+    start, state, damaged = ckpt.restore_newest_readable(state)
+    for step, reason in damaged:
+        kept_at = ckpt.set_aside(step) if session.primary else None
+        stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
+    stream.write(f"resuming from checkpoint {start}\n")
+    eval_every, generations = session.settings["eval_every"], session.settings["generations"]
+    if start % eval_every and start != generations:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {start} is not at a block boundary (eval_every={eval_every})"
+        )
+    return state, start, [reason for _, reason in damaged]
 
 
 def _metrics_lines(metrics: dict, first_generation: int, elapsed: float) -> list[dict]:
@@ -408,32 +387,23 @@ def _metrics_lines(metrics: dict, first_generation: int, elapsed: float) -> list
     return lines
 
 
-def _loop(
-    strategy,
-    task,
-    state,
-    start,
-    settings,
-    mesh,
-    ckpt,
-    primary,
-    stream,
-    progress_fn,
-    metrics_path,
-    wall_offset,
-):
+def _loop(session: _Session, state, start: int, metrics_path: str, kept: list[dict]):
+    """Trains from generation ``start``; returns the generations done, the last evaluation
+    and the seconds it took."""
+    strategy, task, settings = session.strategy, session.task, session.settings
     generations, seed = settings["generations"], settings["seed"]
     eval_every, checkpoint_every = settings["eval_every"], settings["checkpoint_every"]
+    wall_offset = kept[-1]["wall_time_s"] if kept else 0.0
     runners: dict[int, Callable] = {}
-    progress = Progress(generations, stream)
+    progress = Progress(generations, session.stream)
     started = time.perf_counter()
     generation, last_eval = start, None
-    with open(metrics_path, "a") if primary else open(os.devnull, "w") as metrics_file:
+    with open(metrics_path if session.primary else os.devnull, "a") as metrics_file:
         while generation < generations:
             block_start = time.perf_counter()
             length = min(eval_every, generations - generation)
             if length not in runners:
-                runners[length] = block_runner(strategy, task, length, mesh)
+                runners[length] = block_runner(strategy, task, length, session.mesh)
             state, metrics, returns = runners[length](state, eval_key(seed, generation + length))
             returns = to_host(returns)
             now = time.perf_counter()
@@ -452,10 +422,10 @@ def _loop(
             steps = sum(x.get("env_steps", strategy.population_size) for x in lines)
             eta = block_s / length * (generations - generation)
             progress.update(generation, lines[-1], steps / block_s, eta)
-            if progress_fn is not None:
-                progress_fn(generation, dict(lines[-1]))
+            if session.progress_fn is not None:
+                session.progress_fn(generation, dict(lines[-1]))
             if generation % checkpoint_every == 0 or generation == generations:
-                ckpt.save(generation, state)
+                session.ckpt.save(generation, state)
     progress.close()
     return generation, last_eval, round(time.perf_counter() - started, 1)
 
