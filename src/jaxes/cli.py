@@ -196,9 +196,7 @@ def _train(args) -> int:
     if args.resume:
         if args.out is None:
             return _fail("--resume needs --out RUN_DIR, the run to continue")
-        path = os.path.join(rundir.check_out(args.out), rundir.CONFIG)
-        if not os.path.isfile(path):
-            return _fail(f"--resume: {args.out} holds no run (config.json is missing)")
+        path = rundir.config_of(args.out, "--resume")
         # Flags repeat or change settings; the runner refuses any change but --generations.
         config = TrainConfig.from_dict({**read_config(path).to_dict(), **given}, "flags")
     else:

@@ -40,6 +40,22 @@ def check_out(out) -> str:
     return os.fspath(out)
 
 
+def config_of(out: str, argument: str) -> str:
+    """The path of the run's ``config.json``; a ``RunDirError`` naming ``argument`` when ``out``
+    holds no run.
+
+    Example:
+      >>> config_of("/nonexistent", "--resume")
+      Traceback (most recent call last):
+        ...
+      jaxes.rundir.RunDirError: --resume: /nonexistent holds no run (config.json is missing)
+    """
+    path = os.path.join(check_out(out), CONFIG)
+    if not os.path.isfile(path):
+        raise RunDirError(f"{argument}: {out} holds no run (config.json is missing)")
+    return path
+
+
 def entries(out: str) -> list[str]:
     """What ``out`` holds besides its lock file (``[]`` when absent)."""
     if not os.path.isdir(out):

@@ -222,8 +222,8 @@ def _open_run(out: str, settings: dict, resume: bool) -> str:
     held = rundir.entries(out)
     has_config = os.path.isfile(config_path)
     steps = checkpoint.complete_steps(os.path.join(out, "checkpoints"))
-    if resume and not has_config:
-        raise rundir.RunDirError(f"resume: {out} holds no run (config.json is missing)")
+    if resume:
+        rundir.config_of(out, "resume")
     if not resume and held and (not has_config or steps):
         raise rundir.RunDirError(
             f"out: {out} already exists and is not empty; resume it (--resume) or choose "

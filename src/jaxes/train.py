@@ -85,11 +85,7 @@ def load_run(
       jaxes.checkpoint.CheckpointError: checkpoint: no checkpoint 5 in ...; it has [0]
       >>> tmp.cleanup()
     """
-    out = rundir.check_out(out)
-    path = os.path.join(out, rundir.CONFIG)
-    if not os.path.isfile(path):
-        raise rundir.RunDirError(f"run_dir: {out} holds no run (config.json is missing)")
-    config = read_config(path)
+    config = read_config(rundir.config_of(out, "run_dir"))
     strategy, task = build(config)
     directory = os.path.join(out, "checkpoints")
     steps = checkpoint.complete_steps(directory)
