@@ -186,3 +186,55 @@ def test_policies_act_inside_the_control_range():
 def test_bad_task_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         brax_tasks.brax_task(**kwargs)
+
+
+def held_loop(task, env, member_params, reset_key, stats, repeat, episode_length):
+    """Reference for frame skip: each action held for ``repeat`` steps, rewards summed, nothing
+    counted after done or after ``episode_length`` env steps."""
+    reset, step = jitted_env(env)
+    state = reset(reset_key)
+    total, steps = 0.0, 0
+    while steps < episode_length:
+        action = task.policy.apply(member_params, running_stats.normalize(stats, state.obs))
+        for _ in range(repeat):
+            if steps == episode_length:
+                break
+            state = step(state, action)
+            total, steps = total + float(state.reward), steps + 1
+            if float(state.done) > 0:
+                return total, steps
+    return total, steps
+
+
+def test_action_repeat_holds_each_action_and_sums_rewards():
+    repeat, episode = 3, 20  # 20 is not a multiple of 3: the last decision is cut short
+    task = brax_tasks.brax_task(
+        "inverted_pendulum", "spring", episode, "linear", chunk_length=7, action_repeat=repeat
+    )
+    population = policy_population(task, scale=0.5)
+    state = task.init(jax.random.key(0))
+    key = jax.random.key(5)
+    fitness, _, info = jax.jit(task.evaluate)(key, population, state)
+    reset_key = jax.random.split(key, 1)[0]
+    expected = [
+        held_loop(task, task.env, jax.tree.map(lambda x, i=i: x[i], population), reset_key,
+                  state.obs_stats, repeat, episode)
+        for i in range(P)
+    ]  # fmt: skip
+    np.testing.assert_allclose(fitness, [r for r, _ in expected], rtol=1e-5)
+    assert int(info.alive_steps) == sum(n for _, n in expected)
+    # Whole chunks of 7 decisions of 3 env steps each, for the whole batch.
+    assert int(info.env_steps) % (7 * repeat * P) == 0
+    assert len({n for _, n in expected}) > 1  # some episodes ended early, at done
+
+
+def test_action_repeat_one_is_the_default_task():
+    population = policy_population(BRAX_SPRING)
+    one = brax_tasks.brax_task(
+        "inverted_pendulum", "spring", EPISODE, "linear", episodes_per_member=E, chunk_length=7,
+        action_repeat=1,
+    )  # fmt: skip
+    state = BRAX_SPRING.init(jax.random.key(0))
+    key = jax.random.key(3)
+    default = jax.jit(BRAX_SPRING.evaluate).lower(key, population, state).as_text()
+    assert jax.jit(one.evaluate).lower(key, population, state).as_text() == default

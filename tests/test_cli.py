@@ -1,5 +1,6 @@
 """The `jaxes` command: useful help, one-line errors, nothing overwritten."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -8,7 +9,7 @@ import sys
 import pytest
 from conftest import TINY_FLAGS
 
-from jaxes import cli
+from jaxes import cli, presets
 
 
 def run_main(capsys, *argv):
@@ -25,7 +26,7 @@ def test_every_command_has_useful_help(capsys, command):
     code, out, _ = run_main(capsys, command, "--help")
     assert code == 0
     expected = {
-        "train": ["--population", "--sigma", "--resume", "--backend", "default: 32"],
+        "train": ["--population", "--sigma", "--seeds", "--timesteps", "hopper: population_size=32"],
         "eval": ["run_dir", "--episodes"],
         "render": ["replay.html"],
         "envs": ["environment"],
@@ -62,12 +63,52 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
         (["--sigma", "-1"], "sigma: expected a finite number > 0"),
         (["--population", "many"], "argument --population: invalid int value: 'many'"),
         (["--hidden-sizes", "0,3"], "expected positive ints"),
+        (["--action-repeat", "0"], "action_repeat: expected an int >= 1, got 0"),
+        (["--timesteps", "-1"], "timesteps: expected an int >= 1, got -1"),
+        (["--target-return", "nan"], "target_return: expected a finite number"),
+        (["--seeds", "3-1"], "argument --seeds: expected a range A-B with 0 <= A <= B"),
+        (["--seeds", "0-2", "--seed", "1"], "--seed and --seeds: give one of them"),
+        (["--l2-coeff", "-0.1"], "l2_coeff: expected a finite number >= 0"),
+        (["--strategy", "ars", "--l2-coeff", "0.1"], "l2_coeff: ars has no l2_coeff setting"),
+        (["--fitness-shaping", "rank"], "fitness_shaping: unknown 'rank'"),
+        (["--noise", "uniform"], "noise: unknown 'uniform'"),
+        (["--env", "swimmer", "--backend", "spring"], "swimmer runs only on ['generalized']"),
+        (["--config", "/nonexistent.toml"], "--config: cannot read /nonexistent.toml"),
     ],
 )
 def test_bad_settings(capsys, tmp_path, flags, match):
     code, out, err = run_main(capsys, "train", *flags, "--out", str(tmp_path / "r"))
     assert code == 2 and match in err and err.count("\n") == 1
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("sigmaa = 0.1\n", "unknown settings ['sigmaa']"),
+        ('population_size = "many"\n', "population_size: expected an int >= 1, got 'many'"),
+        ("sigma = \n", "not valid TOML"),
+    ],
+)
+def test_bad_toml_names_the_file_and_the_key(capsys, tmp_path, text, match):
+    path = tmp_path / "settings.toml"
+    path.write_text(text)
+    code, _, err = run_main(capsys, "train", "--config", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2 and f"{path}: " in err and match in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_preset_then_toml_then_flags(capsys, tmp_path):
+    path = tmp_path / "settings.toml"
+    path.write_text('env = "fast"\ngenerations = 3\npopulation_size = 8\neval_every = 1\n')
+    code, _, err = run_main(
+        capsys, "train", "--config", str(path), "--generations", "2", "--checkpoint-every", "1",
+        "--out", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert code == 0, err
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert (saved["env"], saved["population_size"], saved["generations"]) == ("fast", 8, 2)
+    assert saved["episode_length"] == presets.preset("fast")["episode_length"]
 
 
 def test_existing_run_is_never_overwritten(capsys, tiny_run):

@@ -19,7 +19,7 @@ import time
 import warnings
 
 from jaxes import config as config_lib
-from jaxes import interrupts, rundir
+from jaxes import interrupts, presets, rundir
 from jaxes.config import TrainConfig, read_config
 
 DEFAULTS = TrainConfig()
@@ -31,11 +31,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _default_text(field: str) -> str:
-    if field in ("sigma", "learning_rate"):
+    if field in presets.DEFAULTS:
+        return "the env's preset, see below"
+    if field == "fitness_shaping":
         return ", ".join(
-            f"{name} {config_lib.strategy_default(name, field):g}" for name in config_lib.STRATEGIES
+            f"{name} {config_lib.strategy_default(name, field)}"
+            for name in config_lib.STRATEGIES
+            if config_lib.takes(name, field)
         )
-    return str(getattr(DEFAULTS, field))
+    value = getattr(DEFAULTS, field)
+    return "none" if value is None else str(value)
 
 
 def _version() -> str:
@@ -59,6 +64,25 @@ def _int_list(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _seeds(text: str) -> list[int]:
+    """``0-4`` (both ends included) or ``0,3,7``."""
+    try:
+        if "-" in text.strip("-") and "," not in text:
+            first, last = (int(x) for x in text.split("-"))
+            if first > last:
+                raise ValueError
+            seeds = list(range(first, last + 1))
+        else:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+        if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a range A-B with 0 <= A <= B, or distinct seeds like 0,3,7; got {text!r}"
+        ) from None
+    return seeds
+
+
 # (flag, config field, type, help)
 TRAIN_FLAGS = [
     ("--env", "env", str, "Brax environment (see `jaxes envs`)"),
@@ -73,11 +97,27 @@ TRAIN_FLAGS = [
         float,
         f"step size of the mean: {config_lib.LEARNING_RATE_MEANING}",
     ),
+    ("--l2-coeff", "l2_coeff", float, "L2 penalty on the parameters (open_es)"),
+    (
+        "--fitness-shaping",
+        "fitness_shaping",
+        str,
+        "centered_rank, z_score, raw or log_rank (open_es, pgpe, snes)",
+    ),
+    ("--noise", "noise", str, "noise source: table (shared noise table) or gaussian"),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
     ("--policy", "policy", str, "linear or mlp"),
     ("--hidden-sizes", "hidden_sizes", _int_list, "MLP hidden widths, e.g. 32,32"),
     ("--episodes-per-member", "episodes_per_member", int, "episodes averaged per member"),
+    (
+        "--action-repeat",
+        "action_repeat",
+        int,
+        "frame skip K: each action held for K env steps, rewards summed",
+    ),
+    ("--timesteps", "timesteps", int, "stop once training has simulated this many env steps"),
+    ("--target-return", "target_return", float, "stop at the first evaluation >= this return"),
     ("--eval-every", "eval_every", int, "generations per fused block and between evaluations"),
     ("--eval-episodes", "eval_episodes", int, "episodes of each noise-free evaluation"),
     ("--checkpoint-every", "checkpoint_every", int, "generations between checkpoints"),
@@ -119,7 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         "train",
         help="train a policy with ES",
         description="Train a Brax policy with an evolution strategy. Writes config.json, "
-        "metrics.jsonl, checkpoints/ and learning_curve.png into --out.",
+        "metrics.jsonl, checkpoints/ and learning_curve.png into --out. Settings come from "
+        "the env's preset, then --config FILE.toml, then the flags (each overrides the one "
+        "before).",
+        epilog="presets (jaxes.presets; sigma, learning_rate and l2_coeff are open_es's, "
+        "other strategies use their own):\n" + presets.table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for flag, field, kind, text in TRAIN_FLAGS:
         how = {"action": kind} if kind is argparse.BooleanOptionalAction else {"type": kind}
@@ -130,6 +175,19 @@ def _parser() -> argparse.ArgumentParser:
             help=f"{text} (default: {_default_text(field)})",
             **how,
         )
+    train.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE.toml",
+        help="settings from a TOML file (any config.json field); flags override it",
+    )
+    train.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=None,
+        help="several runs in one program (vmapped), e.g. 0-4 or 0,3,7: one run directory "
+        "per seed under --out, plus summary.json",
+    )
     train.add_argument(
         "--out",
         default=None,
@@ -190,17 +248,31 @@ def _parser() -> argparse.ArgumentParser:
 def _train(args) -> int:
     import jax
 
-    from jaxes import parallel, train
+    from jaxes import parallel, runner, train
 
     given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
+    if args.config is not None:
+        given = {**config_lib.read_toml(args.config), **given}
+    seeds = args.seeds
+    if seeds is not None and "seed" in given:
+        return _fail("--seed and --seeds: give one of them")
     if args.resume:
         if args.out is None:
             return _fail("--resume needs --out RUN_DIR, the run to continue")
-        path = rundir.config_of(args.out, "--resume")
-        # Flags repeat or change settings; the runner refuses any change but --generations.
-        config = TrainConfig.from_dict({**read_config(path).to_dict(), **given}, "flags")
+        saved_seeds = os.path.join(args.out, runner.SEEDS)
+        if os.path.isfile(saved_seeds):
+            held = rundir.read_json(saved_seeds)
+            held = held.get("seeds") if isinstance(held, dict) else None
+            if seeds is not None and seeds != held:
+                return _fail(f"--seeds: {args.out} holds the runs of seeds {held}, not {seeds}")
+            seeds = held
+        first = args.out if seeds is None else os.path.join(args.out, f"seed-{seeds[0]}")
+        path = rundir.config_of(first, "--resume")
+        # Flags repeat or change settings; the runner refuses any change but the stops.
+        saved = read_config(path).to_dict()
+        config = TrainConfig.from_dict({**saved, **given}, "flags")
     else:
-        config = TrainConfig(**given)
+        config = TrainConfig(**given, **({"seed": seeds[0]} if seeds else {}))
     out = args.out
     if out is None:
         out = os.path.join("runs", f"{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -208,20 +280,45 @@ def _train(args) -> int:
     parallel.initialize_distributed(
         args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
     )
-    summary = train.run(config, out, resume=args.resume)
+    if seeds is None:
+        summary = train.run(config, out, resume=args.resume)
+    else:
+        summary = train.run_seeds(config, seeds, out, resume=args.resume)
     if jax.process_index() != 0:
         return 0  # process 0 reports for everyone
-    ret = summary["final_eval_return"]
-    ret_text = "n/a" if ret is None else f"{ret:.1f}"
-    print(
-        f"done: noise-free eval return {ret_text} after {summary['generations']} generations "
-        f"({summary['seconds']} s)."
-    )
-    print(
-        f"files: {summary['run_dir']}/ (config.json, metrics.jsonl, checkpoints/"
-        + (", learning_curve.png)" if summary.get("plot") else ")")
-    )
+    if seeds is None:
+        print(f"done: {_result_text(summary)} ({summary['seconds']} s).")
+        files = "config.json, metrics.jsonl, checkpoints/"
+        plot = ", learning_curve.png" if summary.get("plot") else ""
+    else:
+        final = summary["final_eval_return"]
+        median = "n/a" if final["median"] is None else f"{final['median']:.1f}"
+        spread = (
+            "" if final["median"] is None else f" (min {final['min']:.1f}, max {final['max']:.1f})"
+        )
+        print(
+            f"done: median noise-free eval return {median}{spread} over {len(seeds)} seeds "
+            f"({summary['seconds']} s)."
+        )
+        for run in summary["runs"]:
+            print(f"  seed {run['seed']}: {_result_text(run)}")
+        files = "seeds.json, summary.json, seed-*/"
+        plot = ", learning_curves.png" if summary.get("plot") else ""
+    print(f"files: {os.path.abspath(out)}/ ({files}{plot})")
     return 0
+
+
+def _result_text(summary: dict) -> str:
+    ret = summary["final_eval_return"]
+    text = (
+        f"noise-free eval return {'n/a' if ret is None else f'{ret:.1f}'} after "
+        f"{summary['generations']} generations, {summary['total_env_steps']:,} env steps"
+    )
+    if summary["stopped"] == "target_return":
+        text += f"; reached the target return at {summary['target_env_steps']:,} env steps"
+    elif summary["stopped"] == "timesteps":
+        text += "; stopped at the timesteps budget"
+    return text
 
 
 def _loaded(args):

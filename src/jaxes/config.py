@@ -13,9 +13,11 @@ import json
 import math
 from collections.abc import Callable
 
-from jaxes import rundir, runner
+from jaxes import presets, rundir, runner, shaping
 from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
+from jaxes.strategies.common import NOISE_SOURCES
 from jaxes.tasks import brax as brax_tasks
+from jaxes.tasks import brax_envs
 from jaxes.types import Strategy, Task
 
 # The factories ``TrainConfig.strategy`` names; each takes (population_size, sigma,
@@ -33,8 +35,8 @@ LEARNING_RATE_MEANING = (
 POLICIES = ("linear", "mlp")
 
 
-def strategy_default(strategy: str, setting: str) -> float:
-    """A strategy factory's own default for ``sigma`` or ``learning_rate``: the CLI and
+def strategy_default(strategy: str, setting: str):
+    """A strategy factory's own default for one of its settings: the CLI and
     ``TrainConfig`` use the Python defaults, so there is one place to change them.
 
     Example:
@@ -52,15 +54,50 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Settings a strategy factory may take; each is passed only to the factories that have it.
+STRATEGY_SETTINGS = ("sigma", "learning_rate", "l2_coeff", "fitness_shaping", "noise")
+
+
+def takes(strategy: str, setting: str) -> bool:
+    """Whether the factory of ``strategy`` has the keyword ``setting``.
+
+    Example:
+      >>> takes("open_es", "l2_coeff"), takes("ars", "fitness_shaping")
+      (True, False)
+    """
+    return setting in inspect.signature(STRATEGIES[strategy]).parameters
+
+
+def _takers(setting: str) -> list[str]:
+    return [name for name in STRATEGIES if takes(name, setting)]
+
+
+def _check_number(name: str, value, low: float, inclusive: bool) -> float:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= low if inclusive else value > low)
+    )
+    if not ok:
+        bound = f">= {low:g}" if inclusive else f"> {low:g}"
+        raise ConfigError(f"{name}: expected a finite number {bound}, got {value!r}")
+    return float(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Every setting of a Brax run; saved as ``config.json`` in the run directory.
 
-    ``sigma`` and ``learning_rate`` left as ``None`` take the strategy's own defaults.
+    A setting left as ``None`` is filled from the env's preset (``jaxes.presets``), then from
+    the strategy's own defaults: ``TrainConfig(env="hopper")`` is what ``jaxes train --env
+    hopper`` runs. ``timesteps`` and ``target_return`` stay ``None`` (no limit) unless given.
 
     Example:
       >>> TrainConfig(strategy="snes").learning_rate
       1.0
+      >>> TrainConfig(env="swimmer").backend, TrainConfig(env="hopper", sigma=0.1).sigma
+      ('generalized', 0.1)
       >>> TrainConfig(seed=2**31)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
@@ -68,25 +105,43 @@ class TrainConfig:
     """
 
     env: str = "inverted_pendulum"
-    backend: str = "spring"
-    episode_length: int = 1000
+    backend: str | None = None
+    episode_length: int | None = None
     strategy: str = "open_es"
-    population_size: int = 32
+    population_size: int | None = None
     sigma: float | None = None
     learning_rate: float | None = None
-    generations: int = 80
+    l2_coeff: float | None = None
+    fitness_shaping: str | None = None
+    noise: str = "table"
+    generations: int | None = None
     seed: int = 0
-    policy: str = "linear"
-    hidden_sizes: tuple[int, ...] = (32, 32)
+    policy: str | None = None
+    hidden_sizes: tuple[int, ...] | None = None
     episodes_per_member: int = 1
-    eval_every: int = 5
-    eval_episodes: int = 8
-    checkpoint_every: int = 10
-    normalize_observations: bool = True
+    action_repeat: int = 1
+    eval_every: int | None = None
+    eval_episodes: int | None = None
+    checkpoint_every: int | None = None
+    normalize_observations: bool | None = None
+    timesteps: int | None = None
+    target_return: float | None = None
     devices: int = 0
 
     def __post_init__(self):
-        for name in ("episode_length", "population_size", "episodes_per_member", "eval_episodes"):
+        for name in ("env", "strategy"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name}: expected a string, got {getattr(self, name)!r}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
+        self._fill_from_preset()
+        for name in (
+            "episode_length",
+            "population_size",
+            "episodes_per_member",
+            "eval_episodes",
+            "action_repeat",
+        ):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
@@ -94,26 +149,13 @@ class TrainConfig:
             runner.check_loop(
                 self.generations, self.seed, self.eval_every, self.checkpoint_every, self.devices
             )
+            runner.check_stops(self.timesteps, self.target_return)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        for name in ("env", "backend", "strategy", "policy"):
+        for name in ("backend", "policy", "noise"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name}: expected a string, got {getattr(self, name)!r}")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
-        for name in ("sigma", "learning_rate"):
-            value = getattr(self, name)
-            if value is None:
-                object.__setattr__(self, name, strategy_default(self.strategy, name))
-            elif (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}")
-            else:
-                object.__setattr__(self, name, float(value))
+        self._check_strategy_settings()
         if self.policy not in POLICIES:
             raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(POLICIES)}")
         sizes = self.hidden_sizes
@@ -125,10 +167,37 @@ class TrainConfig:
                 f"normalize_observations: expected true or false, got "
                 f"{self.normalize_observations!r}"
             )
-        if self.backend not in brax_tasks.BACKENDS:
+        try:
+            brax_envs.check_env(self.env, self.backend)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+    def _fill_from_preset(self) -> None:
+        for name, value in presets.preset(self.env, self.strategy).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        for name in ("sigma", "learning_rate", "l2_coeff", "fitness_shaping"):
+            if getattr(self, name) is None and takes(self.strategy, name):
+                object.__setattr__(self, name, strategy_default(self.strategy, name))
+
+    def _check_strategy_settings(self) -> None:
+        for name in ("sigma", "learning_rate"):
+            object.__setattr__(self, name, _check_number(name, getattr(self, name), 0, False))
+        for name in ("l2_coeff", "fitness_shaping"):
+            if getattr(self, name) is not None and not takes(self.strategy, name):
+                raise ConfigError(
+                    f"{name}: {self.strategy} has no {name} setting; strategies with one: "
+                    f"{_takers(name)}"
+                )
+        if self.l2_coeff is not None:
+            object.__setattr__(self, "l2_coeff", _check_number("l2_coeff", self.l2_coeff, 0, True))
+        shapings = sorted(shaping.SHAPINGS)
+        if self.fitness_shaping is not None and self.fitness_shaping not in shapings:
             raise ConfigError(
-                f"backend: unknown {self.backend!r}; allowed: {list(brax_tasks.BACKENDS)}"
+                f"fitness_shaping: unknown {self.fitness_shaping!r}; allowed: {shapings}"
             )
+        if self.noise not in NOISE_SOURCES:
+            raise ConfigError(f"noise: unknown {self.noise!r}; allowed: {list(NOISE_SOURCES)}")
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (what ``config.json`` holds)."""
@@ -166,6 +235,40 @@ class TrainConfig:
             raise ConfigError(f"{source}: {err}") from None
 
 
+def read_toml(path: str) -> dict:
+    """The settings in a TOML file: any ``TrainConfig`` fields, at the top level. Errors name
+    the file and the key (an unknown key, a value of the wrong type, bad TOML).
+
+    Example:
+      >>> import os, tempfile
+      >>> path = os.path.join(tempfile.mkdtemp(), "hopper.toml")
+      >>> with open(path, "w") as f:
+      ...     _ = f.write('env = "hopper"\\nsigma = "big"\\n')
+      >>> read_toml(path)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.config.ConfigError: .../hopper.toml: sigma: expected a finite number > 0, got 'big'
+    """
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    except OSError as err:
+        raise ConfigError(f"--config: cannot read {path} ({err.strerror})") from None
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{path}: unknown settings {unknown}; allowed: {names}")
+    try:
+        TrainConfig(**data)  # each value checked here, so the error names this file
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return data
+
+
 def read_config(path: str) -> TrainConfig:
     """The ``TrainConfig`` in a ``config.json``; errors name the file (and the field)."""
     return TrainConfig.from_dict(rundir.read_json(path), path)
@@ -194,11 +297,15 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         episodes_per_member=config.episodes_per_member,
         eval_episodes=config.eval_episodes,
         normalize_observations=config.normalize_observations,
+        action_repeat=config.action_repeat,
     )
+    settings = {
+        name: getattr(config, name)
+        for name in STRATEGY_SETTINGS
+        if getattr(config, name) is not None and takes(config.strategy, name)
+    }
     try:
-        strategy = STRATEGIES[config.strategy](
-            config.population_size, config.sigma, learning_rate=config.learning_rate
-        )
+        strategy = STRATEGIES[config.strategy](config.population_size, **settings)
     except ValueError as err:
         raise ConfigError(f"{config.strategy}: {err}") from err
     return strategy, task

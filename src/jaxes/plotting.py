@@ -75,6 +75,45 @@ def learning_curve(metrics_path: str, png_path: str, title: str | None = None) -
     return png_path
 
 
+def seed_curves(
+    metrics_paths: Sequence[str], labels: Sequence, png_path: str, title: str | None = None
+) -> str:
+    """The noise-free evaluation return of several runs (one line per seed) against the env
+    steps of training (``total_env_steps``; generations for runs without it).
+
+    Example:
+      >>> import json, os, tempfile
+      >>> folder = tempfile.mkdtemp()
+      >>> paths = [os.path.join(folder, f"{s}.jsonl") for s in (0, 1)]
+      >>> for s, path in enumerate(paths):
+      ...     with open(path, "w") as f:
+      ...         _ = f.write(json.dumps({"generation": 1, "total_env_steps": 10,
+      ...                                 "eval_return": 1.0 + s}) + "\\n")
+      >>> os.path.getsize(seed_curves(paths, [0, 1], os.path.join(folder, "s.png"))) > 0
+      True
+    """
+    fig = Figure(figsize=(7, 4), dpi=100)
+    ax = fig.subplots()
+    axis = "generation"
+    for path, label in zip(metrics_paths, labels, strict=True):
+        evals = [x for x in read_metrics(path) if x.get("eval_return") is not None]
+        axis = "total_env_steps" if evals and "total_env_steps" in evals[0] else "generation"
+        ax.plot(
+            [x[axis] for x in evals],
+            [x["eval_return"] for x in evals],
+            lw=1.2,
+            label=f"seed {label}",
+        )
+    ax.set_xlabel("env steps" if axis == "total_env_steps" else "generation")
+    ax.set_ylabel("noise-free eval return")
+    ax.set_title(title or "jaxes learning curves, every seed")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path)
+    return png_path
+
+
 def _flat_params(params) -> np.ndarray:
     leaves = jax.tree.leaves(params)
     if not leaves:

@@ -16,12 +16,14 @@ the one before; one process at a time writes a run (``rundir.lock``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +39,9 @@ from jaxes.strategies.common import centre
 from jaxes.types import Strategy, Task
 
 MAX_SEED = 2**31 - 1  # jax.random.key takes a signed 32-bit seed without x64
+INT32_MAX = 2**31 - 1
+# Settings a resumed run may change: when to stop, not what it does.
+MAY_CHANGE = ("generations", "timesteps", "target_return")
 
 
 def init_state(strategy: Strategy, task: Task, seed: int) -> TrainState:
@@ -74,13 +79,37 @@ def eval_key(seed: int, generation: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 1), generation)
 
 
-def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
+def _cost_name(metrics: Mapping) -> str:
+    """The per-generation metric that ``timesteps`` counts: the task's env steps, else its
+    fitness evaluations."""
+    for name in ("env_steps", "evaluations"):
+        if name in metrics:
+            return name
+    raise ValueError("timesteps: the task reports neither env_steps nor evaluations to count")
+
+
+def block_runner(
+    strategy: Strategy,
+    task: Task,
+    length: int,
+    mesh=None,
+    *,
+    lanes: int | None = None,
+    stoppable: bool = False,
+):
     """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``.
 
     The train state is donated: its buffers become the new state's, so a big model is held
     once, and the state passed in must not be used again. With a ``mesh`` the population of
     every generation is split over its devices (``parallel.sharded_step``) and the state must
     be replicated on it (``place``).
+
+    With ``lanes=S`` the block runs ``S`` independent runs at once (``vmap``): states stacked
+    along a leading axis, one eval key per run. With ``stoppable=True`` it takes two more
+    arguments per run, ``remaining`` (int32: the budget of ``env_steps``, or of
+    ``evaluations`` for a task without env steps) and ``active`` (bool), runs a generation only
+    while the run is active and the generations before it in this block spent less than
+    ``remaining``, and also returns which generations ran (``ran[length]``, a prefix).
 
     Example (any ``Task`` works; a function task compiles in seconds, a Brax one takes longer):
       >>> import jax, jaxes
@@ -93,15 +122,37 @@ def block_runner(strategy: Strategy, task: Task, length: int, mesh=None):
     """
     step = generation_step(strategy, task) if mesh is None else sharded_step(strategy, task, mesh)
 
+    def evaluate(ts, key):
+        return task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+
     def block(ts: TrainState, key):
         ts, metrics = jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
-        return ts, metrics, task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+        return ts, metrics, evaluate(ts, key)
 
+    def stoppable_block(ts: TrainState, key, remaining, active):
+        _, like = jax.eval_shape(step, ts)
+        cost = _cost_name(like)
+
+        def one(carry, _):
+            ts, spent = carry
+            runs = active & (spent < remaining)
+            skipped = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
+            ts, metrics = jax.lax.cond(runs, step, lambda ts: (ts, skipped), ts)
+            spent = spent + jnp.where(runs, metrics[cost].astype(jnp.int32), 0)
+            return (ts, spent), (metrics, runs)
+
+        start = (ts, jnp.zeros((), jnp.int32))
+        (ts, _), (metrics, ran) = jax.lax.scan(one, start, None, length=length)
+        return ts, metrics, evaluate(ts, key), ran
+
+    fn = stoppable_block if stoppable else block
+    if lanes is not None:
+        fn = jax.vmap(fn)
     if mesh is None:
-        return jax.jit(block, donate_argnums=0)
+        return jax.jit(fn, donate_argnums=0)
     # Replicated outputs: every process reads its own copy, and the next block sees the same
     # shardings (no retrace).
-    return jax.jit(block, out_shardings=replicated(mesh), donate_argnums=0)
+    return jax.jit(fn, out_shardings=replicated(mesh), donate_argnums=0)
 
 
 def place(state: TrainState, mesh) -> TrainState:
@@ -166,7 +217,29 @@ def check_loop(generations, seed, eval_every, checkpoint_every=None, devices=0) 
     return loop
 
 
-def run_settings(strategy: Strategy, loop: dict, config: Mapping | None) -> dict:
+def check_stops(timesteps=None, target_return=None) -> None:
+    """The stopping rules, checked (``ValueError`` naming the bad one): ``timesteps`` an int
+    >= 1 or ``None``, ``target_return`` a finite number or ``None``.
+
+    Example:
+      >>> check_stops(timesteps=-1)
+      Traceback (most recent call last):
+        ...
+      ValueError: timesteps: expected an int >= 1, got -1
+    """
+    if timesteps is not None:
+        check_int("timesteps", timesteps, 1)
+    if target_return is not None and (
+        not isinstance(target_return, int | float)
+        or isinstance(target_return, bool)
+        or not math.isfinite(target_return)
+    ):
+        raise ValueError(f"target_return: expected a finite number, got {target_return!r}")
+
+
+def run_settings(
+    strategy: Strategy, loop: dict, config: Mapping | None, stops: Mapping | None = None
+) -> dict:
     """The settings ``config.json`` records: the ``loop``'s (``check_loop``), the strategy's
     name and population, and the caller's ``config`` (JSON values; where it repeats one of
     those it must agree).
@@ -182,6 +255,7 @@ def run_settings(strategy: Strategy, loop: dict, config: Mapping | None) -> dict
         "strategy": traits.name if traits is not None else "custom",
         "population_size": strategy.population_size,
         **loop,
+        **(stops or {}),
     }
     try:
         extra = json.loads(json.dumps(dict(config or {}), allow_nan=False))
@@ -200,7 +274,7 @@ def _check_same_run(saved, settings: dict, path: str, resume: bool) -> None:
     if missing:
         raise rundir.RunDirError(f"{path}: missing settings {missing}")
     for name, value in settings.items():
-        if name != "generations" and saved[name] != value:
+        if name not in MAY_CHANGE and saved[name] != value:
             if not resume:
                 raise rundir.RunDirError(
                     f"out: {os.path.dirname(path)} holds a run (stopped before its first "
@@ -209,7 +283,7 @@ def _check_same_run(saved, settings: dict, path: str, resume: bool) -> None:
                 )
             raise rundir.RunDirError(
                 f"resume: {name}={value!r} differs from the run's {saved[name]!r} in {path}; "
-                "only generations may change"
+                f"only {', '.join(MAY_CHANGE)} may change"
             )
     unknown = sorted(set(saved) - set(settings))
     if unknown:
@@ -253,6 +327,8 @@ def run(
     eval_every: int = 5,
     checkpoint_every: int | None = None,
     devices: int = 0,
+    timesteps: int | None = None,
+    target_return: float | None = None,
     config: Mapping | None = None,
     resume: bool = False,
     progress_fn: Callable[[int, dict], Any] | None = None,
@@ -271,9 +347,14 @@ def run(
       checkpoint_every: generations between checkpoints, a multiple of ``eval_every``
         (default ``eval_every``).
       devices: devices to split the population over (0: every device of every process).
+      timesteps: stop after the generation at which the env steps of training (the task's
+        ``env_steps``; ``evaluations`` for a task without) reach this, even inside a block.
+        Evaluation episodes are not counted; ``metrics.jsonl`` has ``total_env_steps``.
+      target_return: stop at the first evaluation whose mean return is >= this.
       config: your own settings, recorded in ``config.json`` (JSON values); a resumed run
         must pass the same.
-      resume: continue the run in ``out`` from its newest readable checkpoint.
+      resume: continue the run in ``out`` from its newest readable checkpoint; only
+        ``generations``, ``timesteps`` and ``target_return`` may differ from the saved run.
       progress_fn: ``progress_fn(generation, metrics)`` after each block, with the block's
         last metrics line (e.g. a logger's callback; Brax's trainers take the same).
       stream: where progress text goes (default stdout); ``plot``: write the learning curve
@@ -281,7 +362,10 @@ def run(
 
     Returns:
       A summary: ``generations``, ``start_generation``, ``final_eval_return``, ``run_dir``,
-      ``seconds``, ``skipped`` (unreadable checkpoints fallen back from) and ``plot``.
+      ``seconds``, ``compile_seconds``, ``total_env_steps``, ``stopped`` (``"generations"``,
+      ``"timesteps"`` or ``"target_return"``), ``target_env_steps`` (the env steps at the
+      evaluation that reached ``target_return``, else ``None``), ``skipped`` (unreadable
+      checkpoints fallen back from) and ``plot``.
 
     Files: ``config.json``, ``metrics.jsonl`` (one strict-JSON object per generation, with
     ``eval_return`` on each block's last generation), ``checkpoints/`` and
@@ -302,132 +386,442 @@ def run(
       4
     """
     out = rundir.check_out(out)
-    loop = check_loop(generations, seed, eval_every, checkpoint_every, devices)
-    settings = run_settings(strategy, loop, config)
-    mesh = make_mesh(devices or None)
-    check_split(strategy.population_size, mesh.devices.size)
-    primary = jax.process_index() == 0
-    stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
-    title = title or f"{settings['strategy']}, P={strategy.population_size}"
-    with rundir.lock(out) if primary else contextlib.nullcontext():
-        mode = _open_run(out, settings, resume) if primary else ("resume" if resume else "new")
-        stream.write(
-            f"jaxes train: {title} on {mesh.devices.size} device(s), {generations} generations "
-            f"-> {out}\n"
-        )
-        stream.flush()
-        ckpt = checkpoint.Checkpointer(os.path.join(out, "checkpoints"))
-        try:
-            session = _Session(strategy, task, settings, mesh, ckpt, primary, stream, progress_fn)
-            state, start, skipped = _starting_state(session, mode)
-            metrics_path = os.path.join(out, rundir.METRICS)
-            kept = rundir.truncate_metrics(metrics_path, start) if primary else []
-            done, new_eval, seconds = _loop(session, state, start, metrics_path, kept)
-        finally:
-            ckpt.close()
-    evals = [x["eval_return"] for x in kept if x.get("eval_return") is not None]
-    summary = {
-        "generations": done,
-        "start_generation": start,
-        # A run resumed at its end evaluates nothing new: report its last evaluation.
-        "final_eval_return": new_eval if done > start else (evals[-1] if evals else None),
-        "run_dir": os.path.abspath(out),
-        "seconds": seconds,
-        "skipped": skipped,
-    }
-    if plot and primary:
-        summary["plot"] = _plot(metrics_path, os.path.join(out, "learning_curve.png"))
+    job = _Job.make(
+        strategy, task, generations, eval_every, checkpoint_every, devices, timesteps,
+        target_return, progress_fn, stream, plot,
+    )  # fmt: skip
+    title = title or f"{_name(strategy)}, P={job.size}"
+    with rundir.lock(out) if job.primary else contextlib.nullcontext():
+        (lane,) = _train(job, [(out, seed)], config, resume, title, out, vmapped=False)
+    return lane.summary()
+
+
+def run_seeds(
+    strategy: Strategy,
+    task: Task,
+    out: str,
+    *,
+    seeds,
+    generations: int,
+    eval_every: int = 5,
+    checkpoint_every: int | None = None,
+    devices: int = 0,
+    timesteps: int | None = None,
+    target_return: float | None = None,
+    config: Mapping | None = None,
+    resume: bool = False,
+    progress_fn: Callable[[int, dict], Any] | None = None,
+    stream: TextIO | None = None,
+    plot: bool = True,
+    title: str | None = None,
+) -> dict:
+    """``run`` for several seeds at once: the runs are ``vmap``-ed in one jitted block (one
+    compile for all of them), and each writes its own run directory ``out/seed-S`` (which
+    ``run``, ``jaxes eval`` and ``jaxes render`` read like any other).
+
+    A run that reaches ``timesteps`` or ``target_return`` stops there while the others go on.
+    ``out/seeds.json`` records the seeds, ``out/summary.json`` the per-seed results with the
+    median and spread of the final evaluations, and ``out/learning_curves.png`` shows every
+    seed. ``progress_fn(generation, metrics)`` is called per seed, with ``metrics["seed"]``.
+
+    Returns:
+      ``summary.json``'s content: ``seeds``, ``runs`` (each ``run``'s summary, with ``seed``),
+      ``final_eval_return`` (``median``, ``min``, ``max``), ``seconds`` and
+      ``compile_seconds``.
+
+    Example:
+      >>> import io, tempfile, jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(8, sigma=0.1), function_task("sphere", 3)
+      >>> out = tempfile.mkdtemp()
+      >>> summary = run_seeds(es, task, out, seeds=[0, 1], generations=4, eval_every=2,
+      ...                     stream=io.StringIO(), plot=False)
+      >>> [r["generations"] for r in summary["runs"]], sorted(os.listdir(out))[1:]
+      ([4, 4], ['seed-0', 'seed-1', 'seeds.json', 'summary.json'])
+    """
+    out = rundir.check_out(out)
+    seeds = check_seeds(seeds)
+    job = _Job.make(
+        strategy, task, generations, eval_every, checkpoint_every, devices, timesteps,
+        target_return, progress_fn, stream, plot,
+    )  # fmt: skip
+    title = title or f"{_name(strategy)}, P={job.size}"
+    with rundir.lock(out) if job.primary else contextlib.nullcontext():
+        _open_seeds(out, seeds, resume, job.primary)
+        dirs = [(os.path.join(out, f"seed-{s}"), s) for s in seeds]
+        with contextlib.ExitStack() as locks:
+            if job.primary:
+                for lane_out, _ in dirs:
+                    locks.enter_context(rundir.lock(lane_out))
+            title = f"{title}, {len(seeds)} seeds"
+            lanes = _train(job, dirs, config, resume, title, out, vmapped=True)
+        summary = _seeds_summary(seeds, lanes)
+        if job.primary:
+            if job.plot:
+                summary["plot"] = _plot_seeds(lanes, os.path.join(out, "learning_curves.png"))
+            rundir.write_json(os.path.join(out, SUMMARY), summary)
     return summary
 
 
-class _Session(NamedTuple):
-    """What stays fixed while one ``run`` trains."""
+SEEDS = "seeds.json"
+SUMMARY = "summary.json"
+
+
+def _name(strategy: Strategy) -> str:
+    return strategy.traits.name if strategy.traits is not None else "custom"
+
+
+def check_seeds(seeds) -> list[int]:
+    """``seeds`` as a list of distinct ints in 0 .. 2³¹ - 1 (``ValueError`` naming ``seeds``).
+
+    Example:
+      >>> check_seeds(range(3))
+      [0, 1, 2]
+      >>> check_seeds([4, 4])
+      Traceback (most recent call last):
+        ...
+      ValueError: seeds: expected distinct seeds, got [4, 4]
+    """
+    try:
+        seeds = list(seeds)
+    except TypeError:
+        raise ValueError(f"seeds: expected a list of ints, got {seeds!r}") from None
+    if not seeds:
+        raise ValueError("seeds: expected at least one seed")
+    for value in seeds:
+        check_int("seeds", value, 0, MAX_SEED)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: expected distinct seeds, got {seeds}")
+    return seeds
+
+
+def _open_seeds(out: str, seeds: list[int], resume: bool, primary: bool) -> None:
+    """Checks ``out`` can take these seeds' runs and records them in ``seeds.json``."""
+    path = os.path.join(out, SEEDS)
+    if os.path.isfile(path):
+        saved = rundir.read_json(path)
+        held = saved.get("seeds") if isinstance(saved, dict) else saved
+        if held != seeds:
+            raise rundir.RunDirError(f"seeds: {out} holds the runs of seeds {held}, not {seeds}")
+    elif resume:
+        raise rundir.RunDirError(f"resume: {out} holds no runs of several seeds ({SEEDS})")
+    elif rundir.entries(out):
+        raise rundir.RunDirError(
+            f"out: {out} already exists and is not empty; resume it (--resume) or choose "
+            "another directory"
+        )
+    if primary:
+        rundir.write_json(path, {"seeds": seeds})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What stays fixed while one ``run`` (or ``run_seeds``) trains."""
 
     strategy: Strategy
     task: Task
-    settings: dict
+    loop: dict
+    stops: dict
     mesh: Any
-    ckpt: checkpoint.Checkpointer
     primary: bool
     stream: TextIO
     progress_fn: Callable[[int, dict], Any] | None
+    plot: bool
+
+    @property
+    def size(self) -> int:
+        return self.strategy.population_size
+
+    @classmethod
+    def make(cls, strategy, task, generations, eval_every, checkpoint_every, devices,
+             timesteps, target_return, progress_fn, stream, plot):  # fmt: skip
+        loop = check_loop(generations, 0, eval_every, checkpoint_every, devices)
+        del loop["seed"]  # each run has its own
+        check_stops(timesteps, target_return)
+        mesh = make_mesh(devices or None)
+        check_split(strategy.population_size, mesh.devices.size)
+        primary = jax.process_index() == 0
+        stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
+        stops = {"timesteps": timesteps, "target_return": target_return}
+        return cls(strategy, task, loop, stops, mesh, primary, stream, progress_fn, plot)
 
 
-def _starting_state(session: _Session, mode: str):
-    """The state to train from, its generation, and the damaged checkpoints passed over."""
-    strategy, task, ckpt, stream = session.strategy, session.task, session.ckpt, session.stream
-    state = place(init_state(strategy, task, session.settings["seed"]), session.mesh)
-    if mode == "restart":
-        stream.write("no checkpoint yet: starting again from generation 0\n")
-    if mode != "resume":
-        return state, 0, []
-    start, state, damaged = ckpt.restore_newest_readable(state)
-    for step, reason in damaged:
-        kept_at = ckpt.set_aside(step) if session.primary else None
-        stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
-    stream.write(f"resuming from checkpoint {start}\n")
-    eval_every, generations = session.settings["eval_every"], session.settings["generations"]
-    if start % eval_every and start != generations:
-        raise checkpoint.CheckpointError(
-            f"checkpoint {start} is not at a block boundary (eval_every={eval_every})"
-        )
-    return state, start, [reason for _, reason in damaged]
+@dataclasses.dataclass
+class _Lane:
+    """One run among those training together: its files and where it stands."""
+
+    out: str
+    seed: int
+    settings: dict
+    ckpt: checkpoint.Checkpointer
+    start: int = 0
+    generation: int = 0
+    total_env_steps: int = 0
+    stopped: str | None = None
+    target_env_steps: int | None = None
+    last_eval: float | None = None
+    kept: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    compile_seconds: float = 0.0
+    plot: str | None = None
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self.out, rundir.METRICS)
+
+    def catch_up(self, stops: dict) -> None:
+        """Where a resumed run stood, from the metrics it kept."""
+        evals = [x for x in self.kept if x.get("eval_return") is not None]
+        self.total_env_steps = self.kept[-1].get("total_env_steps", 0) if self.kept else 0
+        self.last_eval = evals[-1]["eval_return"] if evals else None
+        target, budget = stops["target_return"], stops["timesteps"]
+        hit = [x for x in evals if target is not None and x["eval_return"] >= target]
+        if hit:
+            self.stopped, self.target_env_steps = "target_return", hit[0].get("total_env_steps")
+        elif budget is not None and self.total_env_steps >= budget:
+            self.stopped = "timesteps"
+        elif self.generation >= self.settings["generations"]:
+            self.stopped = "generations"
+
+    def summary(self) -> dict:
+        return {
+            "generations": self.generation,
+            "start_generation": self.start,
+            "final_eval_return": self.last_eval,
+            "run_dir": os.path.abspath(self.out),
+            "seconds": self.seconds,
+            "compile_seconds": self.compile_seconds,
+            "total_env_steps": self.total_env_steps,
+            "stopped": self.stopped,
+            "target_env_steps": self.target_env_steps,
+            "skipped": self.skipped,
+            **({"plot": self.plot} if self.plot is not None else {}),
+        }
 
 
-def _metrics_lines(metrics: dict, first_generation: int, elapsed: float) -> list[dict]:
-    host = to_host(metrics)
-    length = len(next(iter(host.values())))
+def _train(job: _Job, dirs, config, resume: bool, title: str, out: str, vmapped: bool):
+    """Opens, restores and trains the runs in ``dirs`` (``(out, seed)`` pairs) together;
+    returns their ``_Lane``s."""
+    opening = []
+    for lane_out, seed in dirs:
+        lane_config = dict(config or {})
+        if vmapped and "seed" in lane_config:
+            lane_config["seed"] = seed
+        loop = {**job.loop, "seed": seed}
+        settings = run_settings(job.strategy, loop, lane_config, job.stops)
+        if job.primary:
+            mode = _open_run(lane_out, settings, resume)
+        else:
+            mode = "resume" if resume else "new"
+        opening.append((lane_out, seed, settings, mode))
+    job.stream.write(
+        f"jaxes train: {title} on {job.mesh.devices.size} device(s), "
+        f"{job.loop['generations']} generations -> {out}\n"
+    )
+    job.stream.flush()
+    with contextlib.ExitStack() as closing:
+        opened = []
+        for lane_out, seed, settings, mode in opening:
+            ckpt = checkpoint.Checkpointer(os.path.join(lane_out, "checkpoints"))
+            closing.callback(ckpt.close)
+            opened.append((_Lane(lane_out, seed, settings, ckpt), mode))
+        state = _restore(job, opened, vmapped)
+        lanes = [lane for lane, _ in opened]
+        for lane in lanes:
+            if job.primary:
+                lane.kept = rundir.truncate_metrics(lane.metrics_path, lane.start)
+            lane.catch_up(job.stops)
+        _loop(job, lanes, state, vmapped)
+    if job.plot and job.primary:
+        for lane in lanes:
+            lane.plot = _plot(lane.metrics_path, os.path.join(lane.out, "learning_curve.png"))
+    return lanes
+
+
+def _restore(job: _Job, opened, vmapped: bool):
+    """The state to train from (stacked over the runs when ``vmapped``); sets each run's
+    start generation and sets damaged checkpoints aside."""
+    states = []
+    for lane, mode in opened:
+        state = init_state(job.strategy, job.task, lane.seed)
+        if not vmapped:
+            state = place(state, job.mesh)
+        if mode == "restart":
+            job.stream.write("no checkpoint yet: starting again from generation 0\n")
+        if mode == "resume":
+            lane.start, state, damaged = lane.ckpt.restore_newest_readable(state)
+            for step, reason in damaged:
+                kept_at = lane.ckpt.set_aside(step) if job.primary else None
+                job.stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
+            lane.skipped = [reason for _, reason in damaged]
+            job.stream.write(f"resuming from checkpoint {lane.start}\n")
+        lane.generation = lane.start
+        states.append(state)
+    if not vmapped:
+        return states[0]
+    return place(jax.tree.map(lambda *xs: jnp.stack(xs), *states), job.mesh)
+
+
+def _metrics_lines(metrics: dict, first_generation: int, count: int, elapsed: float) -> list[dict]:
     lines = []
-    for i in range(length):
+    for i in range(count):
         line = {"generation": first_generation + i + 1}
-        for name, values in host.items():
+        for name, values in metrics.items():
             line[name] = rundir.finite_or_null(values[i].item())
         line["wall_time_s"] = round(elapsed, 3)
         lines.append(line)
     return lines
 
 
-def _loop(session: _Session, state, start: int, metrics_path: str, kept: list[dict]):
-    """Trains from generation ``start``; returns the generations done, the last evaluation
-    and the seconds it took."""
-    strategy, task, settings = session.strategy, session.task, session.settings
-    generations, seed = settings["generations"], settings["seed"]
-    eval_every, checkpoint_every = settings["eval_every"], settings["checkpoint_every"]
-    wall_offset = kept[-1]["wall_time_s"] if kept else 0.0
-    runners: dict[int, Callable] = {}
-    progress = Progress(generations, session.stream)
+def _next_block(lanes: list[_Lane], eval_every: int) -> tuple[int, int]:
+    """The generation the running lanes are at, and the next block's length."""
+    running = [lane for lane in lanes if lane.stopped is None]
+    generation = running[0].generation
+    if any(lane.generation != generation for lane in running):
+        raise checkpoint.CheckpointError(
+            f"seeds: the runs stand at different generations "
+            f"({[lane.generation for lane in running]}); resume each one on its own"
+        )
+    generations = running[0].settings["generations"]
+    # A run stopped off a block boundary (by timesteps) realigns with a shorter block.
+    return generation, min(eval_every - generation % eval_every, generations - generation)
+
+
+def _loop(job: _Job, lanes: list[_Lane], state, vmapped: bool) -> None:
+    """Trains the lanes until each one stops."""
+    budget, target = job.stops["timesteps"], job.stops["target_return"]
+    stoppable = budget is not None or (vmapped and target is not None)
+    programs: dict[int, Callable] = {}
+    progress = Progress(job.loop["generations"], job.stream)
+    wall_offset = max((lane.kept[-1]["wall_time_s"] for lane in lanes if lane.kept), default=0.0)
     started = time.perf_counter()
-    generation, last_eval = start, None
-    with open(metrics_path if session.primary else os.devnull, "a") as metrics_file:
-        while generation < generations:
+    compile_s = 0.0
+
+    def stack(values, dtype=None):
+        return jnp.asarray(values, dtype) if vmapped else jnp.asarray(values[0], dtype)
+
+    with contextlib.ExitStack() as files:
+        writers = [
+            files.enter_context(open(lane.metrics_path if job.primary else os.devnull, "a"))
+            for lane in lanes
+        ]
+        while any(lane.stopped is None for lane in lanes):
+            generation, length = _next_block(lanes, job.loop["eval_every"])
+            keys = [eval_key(lane.seed, generation + length) for lane in lanes]
+            args = [state, jnp.stack(keys) if vmapped else keys[0]]
+            if stoppable:
+                remaining = [
+                    INT32_MAX if budget is None else min(budget - lane.total_env_steps, INT32_MAX)
+                    for lane in lanes
+                ]
+                args += [stack(remaining, jnp.int32), stack([x.stopped is None for x in lanes])]
+            if length not in programs:
+                # Compiled ahead of the call, so the rate and ETA never count compilation.
+                job.stream.write(f"compiling a block of {length} generations...\n")
+                job.stream.flush()
+                compiling = time.perf_counter()
+                block = block_runner(
+                    job.strategy,
+                    job.task,
+                    length,
+                    job.mesh,
+                    lanes=len(lanes) if vmapped else None,
+                    stoppable=stoppable,
+                )
+                programs[length] = block.lower(*args).compile()
+                compile_s += time.perf_counter() - compiling
             block_start = time.perf_counter()
-            length = min(eval_every, generations - generation)
-            if length not in runners:
-                runners[length] = block_runner(strategy, task, length, session.mesh)
-            state, metrics, returns = runners[length](state, eval_key(seed, generation + length))
-            returns = to_host(returns)
+            outputs = programs[length](*args)
+            state = outputs[0]
+            metrics, returns = to_host(outputs[1]), to_host(outputs[2])
+            ran = to_host(outputs[3]) if stoppable else None
             now = time.perf_counter()
-            lines = _metrics_lines(metrics, generation, wall_offset + now - started)
-            with np.errstate(invalid="ignore"):  # an infinite return has no spread
-                mean, spread = float(returns.mean()), float(returns.std())
-            last_eval = rundir.finite_or_null(mean)
-            lines[-1]["eval_return"] = last_eval
-            lines[-1]["eval_return_std"] = rundir.finite_or_null(spread)
-            # One write per block: a kill mid-write cuts at most the last line.
-            metrics_file.write("".join(rundir.metrics_line(x) for x in lines))
-            metrics_file.flush()
-            generation += length
-            # Rate of this block alone (the first one includes compilation).
+            moved = []
+            for i, lane in enumerate(lanes):
+                if lane.stopped is not None:
+                    continue
+
+                def pick(x, i=i):
+                    return x[i] if vmapped else x
+
+                count = length if ran is None else int(np.sum(pick(ran)))
+                lines = _metrics_lines(
+                    jax.tree.map(pick, metrics),
+                    lane.generation,
+                    count,
+                    wall_offset + now - started,
+                )
+                _advance(lane, lines, pick(returns), job.stops)
+                # One write per block: a kill mid-write cuts at most the last line.
+                writers[i].write("".join(rundir.metrics_line(x) for x in lines))
+                writers[i].flush()
+                moved.append((i, lane, lines))
             block_s = max(now - block_start, 1e-9)
-            steps = sum(x.get("env_steps", strategy.population_size) for x in lines)
-            eta = block_s / length * (generations - generation)
-            progress.update(generation, lines[-1], steps / block_s, eta)
-            if session.progress_fn is not None:
-                session.progress_fn(generation, dict(lines[-1]))
-            if generation % checkpoint_every == 0 or generation == generations:
-                session.ckpt.save(generation, state)
+            steps = sum(x.get("env_steps", job.size) for _, _, lines in moved for x in lines)
+            shown = max(lane.generation for _, lane, _ in moved)
+            eta = block_s / length * (job.loop["generations"] - shown)
+            progress.update(shown, _progress_line(moved), steps / block_s, eta)
+            for i, lane, lines in moved:
+                if not lines:
+                    continue
+                if job.progress_fn is not None:
+                    seed = {"seed": lane.seed} if vmapped else {}
+                    job.progress_fn(lane.generation, {**lines[-1], **seed})
+                if lane.generation % job.loop["checkpoint_every"] == 0 or lane.stopped:
+                    lane_state = jax.tree.map(lambda x, i=i: x[i], state) if vmapped else state
+                    lane.ckpt.save(lane.generation, lane_state)
     progress.close()
-    return generation, last_eval, round(time.perf_counter() - started, 1)
+    seconds = round(time.perf_counter() - started, 1)
+    for lane in lanes:
+        lane.seconds, lane.compile_seconds = seconds, round(compile_s, 1)
+
+
+def _advance(lane: _Lane, lines: list[dict], returns, stops: dict) -> None:
+    """Counts a block's generations into ``lane`` and decides whether it stops."""
+    for line in lines:
+        lane.total_env_steps += int(line.get("env_steps") or line.get("evaluations") or 0)
+        line["total_env_steps"] = lane.total_env_steps
+    lane.generation += len(lines)
+    if not lines:
+        return
+    with np.errstate(invalid="ignore"):  # an infinite return has no spread
+        mean, spread = float(np.mean(returns)), float(np.std(returns))
+    lane.last_eval = rundir.finite_or_null(mean)
+    lines[-1]["eval_return"] = lane.last_eval
+    lines[-1]["eval_return_std"] = rundir.finite_or_null(spread)
+    target, budget = stops["target_return"], stops["timesteps"]
+    if target is not None and lane.last_eval is not None and lane.last_eval >= target:
+        lane.stopped, lane.target_env_steps = "target_return", lane.total_env_steps
+    elif budget is not None and lane.total_env_steps >= budget:
+        lane.stopped = "timesteps"
+    elif lane.generation >= lane.settings["generations"]:
+        lane.stopped = "generations"
+
+
+def _progress_line(moved) -> dict:
+    """The progress line's numbers: the run's own, or the median over the seeds."""
+    last = [lines[-1] for _, _, lines in moved if lines]
+    line = {}
+    for name in ("fitness_mean", "best_fitness", "eval_return"):
+        values = [x[name] for x in last if x.get(name) is not None]
+        line[name] = float(np.median(values)) if values else None
+    return line
+
+
+def _seeds_summary(seeds: list[int], lanes: list[_Lane]) -> dict:
+    runs = [{"seed": lane.seed, **lane.summary()} for lane in lanes]
+    finals = [r["final_eval_return"] for r in runs if r["final_eval_return"] is not None]
+    spread = {"median": None, "min": None, "max": None}
+    if finals:
+        spread = {"median": float(np.median(finals)), "min": min(finals), "max": max(finals)}
+    return {
+        "seeds": seeds,
+        "runs": runs,
+        "final_eval_return": spread,
+        "seconds": lanes[0].seconds,
+        "compile_seconds": lanes[0].compile_seconds,
+    }
 
 
 def _plot(metrics_path: str, png_path: str) -> str | None:
@@ -436,4 +830,13 @@ def _plot(metrics_path: str, png_path: str) -> str | None:
     except ImportError:
         return None
     plotting.learning_curve(metrics_path, png_path)
+    return png_path
+
+
+def _plot_seeds(lanes: list[_Lane], png_path: str) -> str | None:
+    try:
+        from jaxes import plotting
+    except ImportError:
+        return None
+    plotting.seed_curves([x.metrics_path for x in lanes], [x.seed for x in lanes], png_path)
     return png_path

@@ -51,13 +51,58 @@ def run(
         eval_every=config.eval_every,
         checkpoint_every=config.checkpoint_every,
         devices=config.devices,
+        timesteps=config.timesteps,
+        target_return=config.target_return,
         config=config.to_dict(),
         resume=resume,
         progress_fn=progress_fn,
         stream=stream,
         plot=plot,
-        title=f"{config.strategy} on {config.env} ({config.backend}), P={config.population_size}",
+        title=_title(config),
     )
+
+
+def run_seeds(
+    config: TrainConfig,
+    seeds,
+    out: str,
+    resume: bool = False,
+    stream: TextIO | None = None,
+    plot: bool = True,
+    progress_fn: Callable[[int, dict], Any] | None = None,
+) -> dict:
+    """``run`` for every seed in ``seeds`` at once, vmapped in one program; writes
+    ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``runner.run_seeds``'s
+    summary (median and spread over the seeds).
+
+    Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
+      >>> summary = run_seeds(TrainConfig(generations=10), [0, 1, 2], "runs/p3")  # doctest: +SKIP
+      >>> len(summary["runs"]), summary["final_eval_return"]["median"] > 0  # doctest: +SKIP
+      (3, True)
+    """
+    strategy, task = build(config)
+    return runner.run_seeds(
+        strategy,
+        task,
+        out,
+        seeds=seeds,
+        generations=config.generations,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every,
+        devices=config.devices,
+        timesteps=config.timesteps,
+        target_return=config.target_return,
+        config=config.to_dict(),
+        resume=resume,
+        progress_fn=progress_fn,
+        stream=stream,
+        plot=plot,
+        title=_title(config),
+    )
+
+
+def _title(config: TrainConfig) -> str:
+    return f"{config.strategy} on {config.env} ({config.backend}), P={config.population_size}"
 
 
 def load_run(

@@ -15,76 +15,23 @@ evaluated in chunks or split over devices gives every device the same statistics
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
-import warnings
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxes import collectives, policies, running_stats
+from jaxes.tasks.brax_envs import (  # noqa: F401 - re-exported: where users found them
+    BACKENDS,
+    action_range,
+    env_names,
+    load_env,
+    observation_size,
+    supported_backends,
+)
 from jaxes.types import Task
-
-BACKENDS = ("generalized", "positional", "spring", "mjx")
-
-
-def load_env(env_name: str, backend: str = "spring"):
-    """``brax.envs.get_environment`` with its import chatter silenced and inputs checked.
-
-    Example:
-      >>> env = load_env("inverted_pendulum")
-      >>> type(env).__name__, env.action_size
-      ('InvertedPendulum', 1)
-      >>> load_env("pendulum")  # doctest: +ELLIPSIS
-      Traceback (most recent call last):
-        ...
-      ValueError: env: unknown environment 'pendulum'; valid names: ['ant', ...]
-    """
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        from brax import envs
-
-        names = sorted(envs._envs)
-        if env_name not in names:
-            raise ValueError(f"env: unknown environment {env_name!r}; valid names: {names}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend: unknown {backend!r}; allowed: {list(BACKENDS)}")
-        with _models_on_local_device():
-            return envs.get_environment(env_name, backend=backend)
-
-
-@contextlib.contextmanager
-def _models_on_local_device():
-    """MJX puts a model on ``jax.devices()[0]``; with several processes that device belongs to
-    process 0, and the other processes could not use their copy. Point it at a local device."""
-    if jax.process_count() == 1:
-        yield
-        return
-    global_devices = jax.devices
-    jax.devices = lambda *args, **kwargs: jax.local_devices()
-    try:
-        yield
-    finally:
-        jax.devices = global_devices
-
-
-def env_names() -> list[str]:
-    """Every environment name Brax knows.
-
-    Example:
-      >>> names = env_names()
-      >>> names[:3], "inverted_pendulum" in names
-      (['ant', 'fast', 'halfcheetah'], True)
-    """
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        from brax import envs
-
-        return sorted(envs._envs)
 
 
 class BraxTaskState(NamedTuple):
@@ -136,13 +83,15 @@ def brax_task(
     eval_episodes: int = 8,
     chunk_length: int = 50,
     normalize_observations: bool = True,
+    action_repeat: int = 1,
 ) -> BraxTask:
     """Rolls out a population of policies on a Brax environment.
 
     Args:
       env_name: any name from ``brax.envs`` (see ``env_names()``).
       backend: ``"generalized"``, ``"positional"``, ``"spring"`` or ``"mjx"``.
-      episode_length: steps per episode (>= 1); episodes also end at ``done``.
+      episode_length: env steps per episode (>= 1), whatever ``action_repeat`` is (as Brax's
+        ``EpisodeWrapper`` counts them); episodes also end at ``done``.
       policy: ``"linear"`` (the CLI's default), ``"mlp"`` (tanh MLP with ``hidden_sizes``), a
         flax module whose
         output lies in [-1, 1] (scaled to the control range by ``policies.from_module``), or
@@ -151,8 +100,11 @@ def brax_task(
       episodes_per_member: episodes averaged into each member's fitness. Every member plays
         the same start states (common random numbers), so ranks compare like with like.
       eval_episodes: episodes ``evaluate_policy`` averages over.
-      chunk_length: steps per ``lax.scan`` chunk between early-exit checks.
+      chunk_length: policy decisions per ``lax.scan`` chunk between early-exit checks.
       normalize_observations: feed the policy ``(obs - mean)/std`` from running statistics.
+      action_repeat: ``K``, env steps each action is held for (frame skip); the decision's
+        reward is the sum of its steps' rewards, and steps after the episode ended (at
+        ``done`` or ``episode_length``) count for nothing. ``K = 1`` is one step per action.
 
     Returns:
       A ``Task``; ``evaluate(key, members, state)`` returns the mean episode return per
@@ -172,6 +124,7 @@ def brax_task(
         ("episodes_per_member", episodes_per_member),
         ("eval_episodes", eval_episodes),
         ("chunk_length", chunk_length),
+        ("action_repeat", action_repeat),
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -187,7 +140,8 @@ def brax_task(
         raise ValueError(
             f"policy: expected 'mlp', 'linear', a flax Module or a Policy, got {policy!r}"
         )
-    chunk = min(chunk_length, episode_length)
+    decisions = -(-episode_length // action_repeat)  # per episode, the last may be cut short
+    chunk = min(chunk_length, decisions)
 
     def init(key):
         del key
@@ -211,10 +165,35 @@ def brax_task(
         starts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_members,) + x.shape), starts)
         shape = (num_members, reset_keys.shape[0])
 
-        def env_step(member_params, state):
-            return env.step(state, act_with(member_params, state.obs, stats))
+        def batched(fn):  # members × episodes; the params vary over members only
+            return jax.vmap(jax.vmap(fn, in_axes=(None, 0)), in_axes=(0, 0))
 
-        step_batch = jax.vmap(jax.vmap(env_step, in_axes=(None, 0)), in_axes=(0, 0))
+        step_batch = batched(
+            lambda member_params, state: env.step(state, act_with(member_params, state.obs, stats))
+        )
+        act_batch = batched(lambda member_params, state: act_with(member_params, state.obs, stats))
+        hold_batch = jax.vmap(jax.vmap(env.step))
+
+        def broken(state):
+            return ~(jnp.isfinite(state.reward) & jnp.all(jnp.isfinite(state.obs), axis=-1))
+
+        def held(env_state, active, t):
+            """``action_repeat`` steps of one decision: the next state, the summed reward
+            (NaN if the physics broke), whether the episode ended, and the steps that counted."""
+            actions = act_batch(params, env_state)
+
+            def repeat(inner, k):
+                state, reward, live, counted = inner
+                on = live & (t + k < episode_length)
+                nxt = hold_batch(state, actions)
+                reward = jnp.where(on, reward + nxt.reward, reward)
+                reward = jnp.where(on & broken(nxt), jnp.nan, reward)
+                live = live & ~(on & ((nxt.done > 0) | broken(nxt)))
+                return (nxt, reward, live, counted + on), None
+
+            start = (env_state, jnp.zeros(shape, jnp.float32), active, jnp.zeros(shape, jnp.int32))
+            (nxt, reward, live, counted), _ = jax.lax.scan(repeat, start, jnp.arange(action_repeat))
+            return nxt, reward, active & ~live, counted
 
         def one_step(c: _Carry, _):
             active = c.alive & (c.t < episode_length)
@@ -224,16 +203,21 @@ def brax_task(
                 c.moments,
                 running_stats.batch_moments(stats, c.env_state.obs, active, axes=(1,)),
             )
-            nxt = collectives.varying(step_batch(params, c.env_state))
-            broken = ~(jnp.isfinite(nxt.reward) & jnp.all(jnp.isfinite(nxt.obs), axis=-1))
-            returns = c.returns + jnp.where(active, nxt.reward, 0.0)
-            returns = jnp.where(active & broken, jnp.nan, returns)
-            ended = (nxt.done > 0) | broken
+            if action_repeat == 1:
+                nxt = collectives.varying(step_batch(params, c.env_state))
+                bad = broken(nxt)
+                returns = c.returns + jnp.where(active, nxt.reward, 0.0)
+                returns = jnp.where(active & bad, jnp.nan, returns)
+                ended, counted = (nxt.done > 0) | bad, active
+            else:
+                nxt, reward, ended, counted = held(c.env_state, active, c.t)
+                nxt = collectives.varying(nxt)
+                returns = c.returns + jnp.where(active, reward, 0.0)
             return c._replace(
                 env_state=nxt,
-                t=c.t + 1,
+                t=c.t + action_repeat,
                 returns=returns,
-                lengths=c.lengths + active,
+                lengths=c.lengths + counted,
                 alive=c.alive & ~(active & ended),
                 moments=moments,
             ), None
@@ -263,7 +247,7 @@ def brax_task(
         reset_keys = jax.random.split(key, episodes_per_member)
         returns, lengths, moments, chunks = rollout(members, reset_keys, task_state.obs_stats)
         info = RolloutInfo(
-            env_steps=chunks * chunk * lengths.size,
+            env_steps=chunks * chunk * action_repeat * lengths.size,
             alive_steps=jnp.sum(lengths),
             episodes=jnp.int32(lengths.size),
         )
@@ -293,33 +277,3 @@ def brax_task(
         env=env,
         policy=policy,
     )
-
-
-def observation_size(env) -> int:
-    """The length of ``env``'s observation vector, from a traced reset.
-
-    Brax's own ``env.observation_size`` runs ``reset`` op by op, which compiles every
-    operation on first use (about 3 s on a 2-core CPU); tracing compiles nothing.
-
-    Example:
-      >>> observation_size(load_env("inverted_pendulum"))
-      4
-    """
-    state = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
-    return state.obs.shape[-1]
-
-
-def action_range(env) -> dict:
-    """``action_low``/``action_high`` from the actuators' control range, [-1, 1] if unbounded.
-
-    Example:
-      >>> bounds = action_range(load_env("inverted_pendulum"))
-      >>> {name: value.tolist() for name, value in bounds.items()}
-      {'action_low': [-3.0], 'action_high': [3.0]}
-    """
-    # numpy, not jnp: eager jnp would compile each operation before training starts.
-    ctrl = np.asarray(env.sys.actuator.ctrl_range, np.float32)
-    bounded = bool(np.all(np.isfinite(ctrl)) and np.all(ctrl[:, 1] > ctrl[:, 0]))
-    if not bounded or ctrl.shape[0] != env.action_size:
-        return {"action_low": -1.0, "action_high": 1.0}
-    return {"action_low": ctrl[:, 0], "action_high": ctrl[:, 1]}

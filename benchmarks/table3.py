@@ -1,0 +1,959 @@
+"""Table 3 of Salimans et al. 2017 on Brax: env steps jaxes needs to reach TRPO's scores.
+
+Salimans, Ho, Chen, Sidor & Sutskever, "Evolution Strategies as a Scalable Alternative to
+Reinforcement Learning" (2017), Table 3, lists for six MuJoCo tasks the score TRPO had at 25,
+50, 75 and 100 % of its learning progress, and the timesteps their ES needed to reach each.
+This script measures the same for jaxes on Brax's versions of those tasks.
+
+What it measures, per env:
+
+1. jaxes: `jaxes train --env ENV --seeds 0-2 --timesteps N` (the env's preset from
+   `jaxes.presets.PRESETS`: policy, population, sigma, learning rate, episode length, eval
+   cadence, backend; the seeds vmapped in one program). For each seed, the first
+   `total_env_steps` at which the noise-free evaluation of the centre (run by jaxes after
+   every block) reaches each of the four scores; the table gives the median over seeds, with
+   a seed that never reached a score counted as +inf, so the median is "not reached" when
+   more than half the seeds (for an even number: half or more) missed it. jaxes counts
+   training env steps in whole simulated chunks (evaluation episodes not counted), which is
+   at least the alive steps the paper's timesteps correspond to, so the count is not in
+   jaxes' favour.
+   Each env's runs stop at N = 1.5 x the paper's ES timesteps for 100 % (env steps), or when
+   all its seeds together have used `--wall-minutes` (default 15) of wall clock, compilation
+   and start-up included, whichever binds first; the table says which did, with the env
+   steps and seconds used. The wall clock is enforced by sending SIGINT to `jaxes train`
+   (which keeps its checkpoints), so an interrupted sweep, or one given more minutes,
+   continues with `--resume`.
+2. Brax ES side by side (hopper, halfcheetah and inverted_double_pendulum by default;
+   `--brax-es-envs all` for all six): `brax.training.agents.es.train`, one seed, in its own
+   process, with the same env-step budget N, the same wall clock cap, the backend, episode
+   length, population (P/2 antithetic pairs), policy widths and evaluation episodes of the
+   jaxes preset, and its (env steps, eval return) curve from `progress_fn` (deterministic
+   evaluation, about 1000 evaluations spread over N). Settings (`BRAX_VARIANTS["tuned"]`):
+   Adam lr 0.03, perturbation std 0.05, centered-rank fitness, observation normalisation.
+   Brax's own defaults (lr 1e-3, std 0.1, raw fitness, no normalisation) are
+   `--brax-es-variant defaults`; benchmarks/brax_vs_brax_es.py found the tuned settings far
+   better on inverted_pendulum, and they were better on hopper here too (see
+   docs/benchmarks.md). Brax counts the alive steps of its training episodes. The
+   comparison is at equal env steps: the largest step that both curves reached, jaxes'
+   median over seeds of its last evaluation at or before it against Brax's.
+
+Brax's physics is not gym's MuJoCo (other models, contacts and integrators), so the paper's
+numbers are a guide, not a like-for-like baseline: the comparison is approximate.
+
+Results: one JSON per env in `--results` (default benchmarks/results/table3/<env>.json),
+written after every sitting; a rerun skips finished envs and continues unfinished ones (with
+the wall clock already used taken off the budget), so the table can be filled in several
+sittings and on other machines (each sitting records its machine). Run directories (with
+checkpoints) go to `--runs` (default ~/.cache/jaxes/table3-runs), outside the repository.
+
+Run:
+  .venv/bin/python benchmarks/table3.py                       # all six envs, 3 seeds
+  .venv/bin/python benchmarks/table3.py --envs hopper,swimmer --wall-minutes 30
+  .venv/bin/python benchmarks/table3.py --write-docs          # also docs/benchmarks.md + plot
+  .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
+`--quick`: inverted_pendulum, seeds 0-1, 20,000 env steps, no Brax ES, results in `--results`
+(a temporary folder if not given), never in benchmarks/results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (
+    REPO,
+    RESULTS,
+    machine_info,
+    print_result,
+    quiet_import,
+    spawn_child,
+    utc_now,
+    write_json,
+)
+
+PERCENTS = (25, 50, 75, 100)
+# Table 3 of Salimans et al. 2017: TRPO's score at 25/50/75/100 % of its learning progress,
+# and the timesteps ES needed to reach each.
+PAPER = {
+    "hopper": {
+        "thresholds": (877.45, 1718.16, 2561.11, 3403.46),
+        "es_timesteps": (3.83e5, 3.73e6, 9.63e6, 3.16e7),
+    },
+    "halfcheetah": {
+        "thresholds": (-1.35, 793.55, 1589.83, 2385.79),
+        "es_timesteps": (1.36e5, 8.28e5, 1.42e6, 2.88e6),
+    },
+    "walker2d": {
+        "thresholds": (957.68, 1916.48, 2872.81, 3830.03),
+        "es_timesteps": (6.43e5, 1.29e7, 2.31e7, 3.79e7),
+    },
+    "swimmer": {
+        "thresholds": (41.97, 70.73, 99.68, 128.25),
+        "es_timesteps": (5.88e5, 8.52e5, 1.23e6, 1.39e6),
+    },
+    "inverted_double_pendulum": {
+        "thresholds": (2358.98, 4609.68, 6874.03, 9104.07),
+        "es_timesteps": (3.98e5, 4.66e5, 5.30e5, 5.39e6),
+    },
+    "inverted_pendulum": {
+        "thresholds": (276.59, 519.15, 753.17, 1000.00),
+        "es_timesteps": (6.25e4, 1.43e5, 2.55e5, 4.55e5),
+    },
+}
+ENVS = tuple(PAPER)
+BUDGET_FACTOR = 1.5  # env-step cap: 1.5 x the paper's ES timesteps for 100 %
+GENERATIONS = 100_000  # passed to `jaxes train` so that --timesteps is what stops it
+MIN_SITTING_S = 60.0  # less wall budget than this left: not worth a start-up and compile
+POLL_S = 2.0
+REPORT_EVERY_S = 60.0
+SIGINT_GRACE_S = 60.0  # `jaxes train` exits at once on SIGINT; this is a safety net
+BRAX_ES_DEFAULT_ENVS = ("hopper", "halfcheetah", "inverted_double_pendulum")
+BRAX_EVALS = 1000  # Brax ES evaluates every N / BRAX_EVALS env steps
+QUICK = {"env": "inverted_pendulum", "seeds": "0-1", "timesteps": 20_000}
+DEFAULT_RUNS = Path.home() / ".cache" / "jaxes" / "table3-runs"
+DOCS = REPO / "docs" / "benchmarks.md"
+MARK_START, MARK_END = "<!-- table3:start -->", "<!-- table3:end -->"
+
+# Brax ES settings (keyword arguments of `brax.training.agents.es.train`, the fitness shaping
+# by name). "tuned" is what the table uses; "matched" takes jaxes' preset step sizes (None
+# below); "defaults" is Brax's own.
+BRAX_VARIANTS = {
+    "tuned": {
+        "learning_rate": 0.03,
+        "perturbation_std": 0.05,
+        "l2coeff": 0.0,
+        "fitness_shaping": "CENTERED_RANK",
+        "normalize_observations": True,
+    },
+    "matched": {
+        "learning_rate": None,
+        "perturbation_std": None,
+        "l2coeff": None,
+        "fitness_shaping": "CENTERED_RANK",
+        "normalize_observations": True,
+    },
+    "defaults": {
+        "learning_rate": 1e-3,
+        "perturbation_std": 0.1,
+        "l2coeff": 0.0,
+        "fitness_shaping": "ORIGINAL",
+        "normalize_observations": False,
+    },
+}
+
+
+def brax_es_settings(variant: str, config: dict) -> dict:
+    """The Brax ES keyword arguments of `variant`, the jaxes preset's (`config`) step sizes
+    where it has None. Brax's update is sum over pairs of (w+ - w-) eps / pairs = 2 sigma x
+    jaxes' estimate, so jaxes' L2 term `l2_coeff * theta` is Brax's `l2coeff` / (2 sigma);
+    Adam makes the learning rates comparable as they are."""
+    settings = dict(BRAX_VARIANTS[variant])
+    sigma = config.get("sigma", 0.05)
+    preset = {
+        "learning_rate": config.get("learning_rate", 0.03),
+        "perturbation_std": sigma,
+        "l2coeff": 2 * sigma * (config.get("l2_coeff") or 0.0),
+    }
+    return {k: preset[k] if v is None else v for k, v in settings.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers: thresholds, medians, bounds (unit-tested in tests/test_table3.py).
+# --------------------------------------------------------------------------------------------
+
+
+def parse_seeds(text: str) -> list[int]:
+    """The seeds `jaxes train --seeds` takes: "0-2" -> [0, 1, 2], "0,3,5" -> [0, 3, 5]."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"seeds: expected e.g. 0-2 or 0,3,5, got {text!r}")
+        seeds += range(int(low), int(high) + 1) if dash else [int(low)]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: expected distinct seeds, got {text!r}")
+    return seeds
+
+
+def timesteps_budget(env: str) -> int:
+    """The env-step cap: 1.5 x the paper's ES timesteps for TRPO's final score."""
+    return int(BUDGET_FACTOR * PAPER[env]["es_timesteps"][-1])
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The lines of a `metrics.jsonl` (none if it is absent); a cut last line (a run killed
+    mid-write) is dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
+def eval_curve(lines: list[dict]) -> list[tuple[int, float]]:
+    """(total_env_steps, eval_return) of each evaluation line with a finite return."""
+    return [
+        (int(x["total_env_steps"]), float(x["eval_return"]))
+        for x in lines
+        if x.get("eval_return") is not None and x.get("total_env_steps") is not None
+    ]
+
+
+def first_crossing(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    """The env steps of the first evaluation whose return is >= `threshold` (None: never)."""
+    return next((int(steps) for steps, value in curve if value >= threshold), None)
+
+
+def median_steps(values: list[int | None]) -> int | None:
+    """Median of per-seed env steps with a seed that never reached counted as +inf; None
+    ("not reached") when that median is infinite, i.e. more than half the seeds missed (with
+    an even count, half of them: the median averages the two middle values)."""
+    if not values:
+        return None
+    median = statistics.median(math.inf if v is None else v for v in values)
+    return None if math.isinf(median) else round(median)
+
+
+def bound_applied(
+    steps_used: int,
+    steps_budget: int,
+    wall_used_s: float,
+    wall_budget_s: float,
+    returncode: int | None,
+    stopped_for_wall: bool,
+) -> str | None:
+    """Which cap ended an env's runs: "timesteps" (every seed reached the env-step budget),
+    "wall clock" (the budget of seconds ran out: stopped by SIGINT, or too little left to
+    start), "generations" (`jaxes train` ended by itself before either), or None (not
+    finished: a sitting that failed or was stopped from outside)."""
+    if steps_used >= steps_budget:
+        return "timesteps"
+    if stopped_for_wall or wall_budget_s - wall_used_s < MIN_SITTING_S:
+        return "wall clock"
+    if returncode == 0:
+        return "generations"
+    return None
+
+
+def within_paper(median: int | None, paper_steps: float, steps_used: list[int]) -> bool | None:
+    """Whether jaxes' median reached a score within the paper's ES timesteps: True/False, or
+    None when it cannot be told (not reached, but some seed stopped short of those steps)."""
+    if median is not None:
+        return median <= paper_steps
+    if steps_used and min(steps_used) >= paper_steps:
+        return False  # every seed had the paper's steps and the median still missed
+    return None
+
+
+def value_at(curve: list[tuple[int, float]], steps: int) -> float | None:
+    """The return of the last evaluation at or before `steps` env steps (None: none)."""
+    before = [value for s, value in curve if s <= steps]
+    return before[-1] if before else None
+
+
+def compare_at_equal_steps(
+    jaxes_curves: list[list[tuple[int, float]]], brax_curve: list[tuple[int, float]]
+) -> dict | None:
+    """jaxes (median over seeds) against Brax ES at the largest env steps both reached; None
+    when either has no evaluation."""
+    ends = [c[-1][0] for c in jaxes_curves if c]
+    if not ends or not brax_curve:
+        return None
+    steps = min(min(ends), brax_curve[-1][0])
+    per_seed = [value_at(c, steps) for c in jaxes_curves]
+    reached = [v for v in per_seed if v is not None]
+    brax = value_at(brax_curve, steps)
+    if not reached or brax is None:
+        return None
+    jaxes = statistics.median(reached)
+    return {
+        "env_steps": steps,
+        "jaxes_median_return": jaxes,
+        "jaxes_per_seed_return": per_seed,
+        "brax_es_return": brax,
+        "jaxes_beats_brax_es": jaxes > brax,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# jaxes: one sitting of `jaxes train`, stopped by SIGINT when the wall budget runs out.
+# --------------------------------------------------------------------------------------------
+
+
+def seed_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
+    return [run_dir / f"seed-{seed}" for seed in seeds]
+
+
+def has_run(run_dir: Path, seeds: list[int]) -> bool:
+    """Whether a previous sitting left a run to resume (a seed's config.json)."""
+    return any((d / "config.json").is_file() for d in seed_dirs(run_dir, seeds))
+
+
+def jaxes_command(env: str, seeds: str, timesteps: int, run_dir: Path, resume: bool) -> list:
+    cmd = [sys.executable, "-m", "jaxes", "train", "--env", env, "--seeds", seeds]
+    cmd += ["--timesteps", str(timesteps), "--generations", str(GENERATIONS)]
+    return cmd + ["--out", str(run_dir)] + (["--resume"] if resume else [])
+
+
+def seed_progress(run_dir: Path, seeds: list[int]) -> tuple[int, float | None]:
+    """The env steps every seed has reached, and the median of their last evaluations."""
+    steps, last = [], []
+    for directory in seed_dirs(run_dir, seeds):
+        lines = read_metrics(directory / "metrics.jsonl")
+        steps.append(int(lines[-1].get("total_env_steps", 0)) if lines else 0)
+        curve = eval_curve(lines)
+        if curve:
+            last.append(curve[-1][1])
+    return min(steps), (statistics.median(last) if last else None)
+
+
+def run_sitting(cmd: list, log_path: Path, wall_left_s: float, label: str, run_dir, seeds):
+    """Runs `cmd` (output to `log_path`) until it ends or `wall_left_s` seconds have passed,
+    then SIGINT. Returns the sitting's returncode, wall_s, stopped_for_wall and interrupted
+    (Ctrl-C here: the child got it too, and the sitting is still recorded)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {' '.join(cmd)}   # {utc_now()}\n")
+        log.flush()
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        stopped, interrupted = False, False
+        try:
+            stopped = watch(proc, start, wall_left_s, label, run_dir, seeds)
+        except KeyboardInterrupt:
+            interrupted = True
+            stop(proc)
+        return {
+            "returncode": proc.wait(),
+            "wall_s": round(time.perf_counter() - start, 1),
+            "stopped_for_wall": stopped,
+            "interrupted": interrupted,
+        }
+
+
+def watch(proc, start: float, wall_left_s: float, label: str, run_dir, seeds) -> bool:
+    """Waits for `proc`, printing progress now and then; SIGINT once the wall budget is
+    spent. Returns whether it sent that SIGINT."""
+    reported = start
+    while proc.poll() is None:
+        time.sleep(POLL_S)
+        now = time.perf_counter()
+        if now - start >= wall_left_s:
+            stop(proc)
+            return True
+        if now - reported >= REPORT_EVERY_S:
+            reported = now
+            steps, last = seed_progress(run_dir, seeds)
+            last_text = "-" if last is None else f"{last:.1f}"
+            print(
+                f"  {label}: {now - start:.0f} s of {wall_left_s:.0f} s, env steps "
+                f"{steps:.3g}, median last eval {last_text}",
+                flush=True,
+            )
+    return False
+
+
+def stop(proc) -> None:
+    """SIGINT (`jaxes train` exits at once, checkpoints intact); SIGKILL if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=SIGINT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text()[-chars:] if path.is_file() else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Per-env results: a JSON file per env, updated after every sitting.
+# --------------------------------------------------------------------------------------------
+
+
+def new_record(env: str, seeds_arg: str, budget: int, run_dir: Path) -> dict:
+    paper = PAPER[env]
+    return {
+        "env": env,
+        "status": "unfinished",
+        "settings": {
+            "seeds": parse_seeds(seeds_arg),
+            "seeds_arg": seeds_arg,
+            "timesteps_budget": budget,
+            "budget_rule": f"{BUDGET_FACTOR:g} x paper ES timesteps at 100 %"
+            if budget == timesteps_budget(env)
+            else "--timesteps",
+            "generations_flag": GENERATIONS,
+            "run_dir": str(run_dir),
+        },
+        "paper": {
+            "trpo_percent": list(PERCENTS),
+            "thresholds": list(paper["thresholds"]),
+            "es_timesteps": list(paper["es_timesteps"]),
+        },
+        "sittings": [],
+        "wall_s_used": 0.0,
+    }
+
+
+def check_same_settings(record: dict, seeds_arg: str, budget: int, path: Path) -> None:
+    """A rerun must measure the same thing as the sittings before it."""
+    settings = record["settings"]
+    if settings["seeds"] != parse_seeds(seeds_arg) or settings["timesteps_budget"] != budget:
+        raise SystemExit(
+            f"{path}: recorded with seeds {settings['seeds_arg']} and budget "
+            f"{settings['timesteps_budget']} env steps, not {seeds_arg} and {budget}; use "
+            "another --results folder (and --runs), or delete that file and its runs"
+        )
+
+
+def seed_summary(directory: Path, seed: int, thresholds) -> dict:
+    lines = read_metrics(directory / "metrics.jsonl")
+    curve = eval_curve(lines)
+    gen_steps = [int(x["env_steps"]) for x in lines if x.get("env_steps") is not None]
+    return {
+        "seed": seed,
+        "generations": int(lines[-1]["generation"]) if lines else 0,
+        "env_steps_used": int(lines[-1].get("total_env_steps", 0)) if lines else 0,
+        "max_generation_env_steps": max(gen_steps, default=0),
+        "threshold_env_steps": [first_crossing(curve, t) for t in thresholds],
+        "final_eval_return": curve[-1][1] if curve else None,
+        "best_eval_return": max((v for _, v in curve), default=None),
+        "evaluations": len(curve),
+        "curve": [[s, round(v, 3)] for s, v in curve],
+    }
+
+
+def summarise(record: dict, wall_budget_s: float, returncode, stopped_for_wall) -> None:
+    """Per-seed crossings, medians, the bound and the comparison with the paper, from the
+    run directories as they are now."""
+    settings, paper = record["settings"], record["paper"]
+    run_dir = Path(settings["run_dir"])
+    seeds = [
+        seed_summary(d, s, paper["thresholds"])
+        for d, s in zip(seed_dirs(run_dir, settings["seeds"]), settings["seeds"], strict=True)
+    ]
+    used = [s["env_steps_used"] for s in seeds]
+    medians, reached = [], []
+    for i in range(len(PERCENTS)):
+        values = [s["threshold_env_steps"][i] for s in seeds]
+        medians.append(median_steps(values))
+        reached.append(sum(v is not None for v in values))
+    record["seeds"] = seeds
+    record["env_steps_used"] = min(used)  # what every seed got
+    record["median"] = {"threshold_env_steps": medians, "seeds_reached": reached}
+    record["within_paper"] = {
+        f"{p} %": within_paper(medians[i], paper["es_timesteps"][i], used)
+        for i, p in enumerate(PERCENTS[:2])
+    }
+    bound = bound_applied(
+        min(used),
+        settings["timesteps_budget"],
+        record["wall_s_used"],
+        wall_budget_s,
+        returncode,
+        stopped_for_wall,
+    )
+    record["bound"] = {
+        "applied": bound,
+        "env_steps_used": min(used),
+        "wall_s_used": round(record["wall_s_used"], 1),
+        "wall_budget_s": wall_budget_s,
+    }
+    record["status"] = "unfinished" if bound is None else "done"
+
+
+def jaxes_config(run_dir: Path, seeds: list[int]) -> dict | None:
+    """The preset as `jaxes train` recorded it (seed 0's config.json, without the seed)."""
+    path = seed_dirs(run_dir, seeds)[0] / "config.json"
+    if not path.is_file():
+        return None
+    return {k: v for k, v in json.loads(path.read_text()).items() if k != "seed"}
+
+
+def load_record(env: str, args, path: Path, budget: int) -> dict:
+    """The env's record from earlier sittings, or a new one (checked against the settings)."""
+    run_dir = args.runs / env
+    if path.is_file():
+        record = json.loads(path.read_text())
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise SystemExit(
+            f"{run_dir} holds runs that {path} does not account for (their wall time is "
+            "unknown); delete it or pass another --runs"
+        )
+    else:
+        record = new_record(env, args.seeds, budget, run_dir)
+    check_same_settings(record, args.seeds, budget, path)
+    return record
+
+
+def jaxes_sitting(env: str, args, record: dict, wall_left: float) -> dict:
+    """One sitting of `jaxes train` (resuming the run directory if there is one); adds it to
+    the record and returns it."""
+    settings = record["settings"]
+    run_dir, seeds, budget = (
+        Path(settings["run_dir"]),
+        settings["seeds"],
+        settings["timesteps_budget"],
+    )
+    resume = has_run(run_dir, seeds)
+    cmd = jaxes_command(env, args.seeds, budget, run_dir, resume)
+    print(
+        f"{env}: {'resuming' if resume else 'starting'} {len(seeds)} seeds, budget "
+        f"{budget:.3g} env steps, {wall_left:.0f} s of wall clock left",
+        flush=True,
+    )
+    sitting = {"started_utc": utc_now(), "resumed": resume, "command": cmd[1:]}
+    sitting["machine"] = machine_info(args.argv, ("jax", "jaxlib", "brax"))
+    log = args.runs / f"{env}.log"
+    sitting |= run_sitting(cmd, log, wall_left, env, run_dir, seeds)
+    if sitting["returncode"] != 0 and not sitting["stopped_for_wall"]:
+        sitting["log_tail"] = log_tail(log)
+    record["sittings"].append(sitting)
+    record["wall_s_used"] += sitting["wall_s"]
+    return sitting
+
+
+def run_jaxes_env(env: str, args, path: Path) -> dict:
+    """Brings one env's jaxes runs to a bound (resuming earlier sittings); returns its record."""
+    budget = args.timesteps or timesteps_budget(env)
+    record = load_record(env, args, path, budget)
+    wall_budget = args.wall_minutes * 60.0
+    wall_left = wall_budget - record["wall_s_used"]
+    bound = record.get("bound", {}).get("applied")
+    if record["status"] == "done" and (bound != "wall clock" or wall_left < MIN_SITTING_S):
+        print(f"{env}: finished ({bound}), skipped", flush=True)
+        return record
+    sitting = {"returncode": None, "stopped_for_wall": False, "interrupted": False}
+    if wall_left >= MIN_SITTING_S and record.get("env_steps_used", 0) < budget:
+        sitting = jaxes_sitting(env, args, record, wall_left)
+    run_dir, seeds = Path(record["settings"]["run_dir"]), record["settings"]["seeds"]
+    record["settings"]["jaxes_config"] = jaxes_config(run_dir, seeds)
+    summarise(record, wall_budget, sitting["returncode"], sitting["stopped_for_wall"])
+    write_json(path, record)
+    if sitting["interrupted"]:
+        raise SystemExit(f"{env}: interrupted; {path} records it, rerun to continue")
+    if record["status"] != "done":
+        raise RuntimeError(
+            f"{env}: jaxes train exited with {sitting['returncode']}; log "
+            f"{args.runs / f'{env}.log'}:\n{sitting.get('log_tail', '')}"
+        )
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# Brax ES: a child process per env (`--child`), killed when its wall budget runs out.
+# --------------------------------------------------------------------------------------------
+
+
+def brax_child(spec: dict) -> dict:
+    """`brax.training.agents.es.train` on one env; appends each evaluation to spec["curve"]
+    (a JSONL file) as it comes, so a run killed at its wall budget keeps its curve."""
+    import contextlib
+    import functools
+    import io
+
+    quiet_import("brax.envs", "brax.training.agents.es.train")
+    from brax import envs
+    from brax.training.agents.es import networks as es_networks
+    from brax.training.agents.es import train as brax_es
+
+    settings = dict(spec["es"])
+    shaping = brax_es.FitnessShaping[settings.pop("fitness_shaping")]
+    start = time.perf_counter()
+    curve_file = open(spec["curve"], "a")  # noqa: SIM115 (closed with the process)
+
+    def progress(num_steps, metrics):
+        point = {
+            "env_steps": int(num_steps),
+            "eval_return": float(metrics["eval/episode_reward"]),
+            "wall_s": round(time.perf_counter() - start, 2),
+        }
+        curve_file.write(json.dumps(point) + "\n")
+        curve_file.flush()
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        env = envs.get_environment(spec["env"], backend=spec["backend"])
+    brax_es.train(
+        environment=env,
+        num_timesteps=spec["num_timesteps"],
+        episode_length=spec["episode_length"],
+        population_size=spec["population"] // 2,  # Brax plays each perturbation as a +/- pair
+        fitness_shaping=shaping,
+        num_evals=BRAX_EVALS + 1,
+        num_eval_envs=spec["eval_episodes"],
+        deterministic_eval=True,
+        network_factory=functools.partial(
+            es_networks.make_es_networks, hidden_layer_sizes=tuple(spec["hidden_sizes"])
+        ),
+        seed=spec["seed"],
+        progress_fn=progress,
+        **settings,
+    )
+    return {"wall_s": round(time.perf_counter() - start, 1)}
+
+
+def brax_spec(env: str, config: dict, budget: int, variant: str, curve: Path) -> dict:
+    """The Brax ES run matching the jaxes preset (as `config.json` recorded it)."""
+    hidden = config.get("hidden_sizes", []) if config.get("policy") == "mlp" else []
+    return {
+        "kind": "brax",
+        "env": env,
+        "backend": config["backend"],
+        "episode_length": config["episode_length"],
+        "population": config["population_size"],
+        "hidden_sizes": list(hidden),
+        "eval_episodes": config.get("eval_episodes", 8),
+        "num_timesteps": budget,
+        "seed": 0,
+        "variant": variant,
+        "es": brax_es_settings(variant, config),
+        "curve": str(curve),
+    }
+
+
+def brax_settings_text(spec: dict) -> str:
+    v = spec["es"]
+    return (
+        f"{spec['variant']}: population_size={spec['population'] // 2} (x2 +/-), "
+        f"adam({v['learning_rate']:g}), perturbation_std={v['perturbation_std']:g}, "
+        f"l2coeff={v['l2coeff']:g}, "
+        f"{v['fitness_shaping']}, normalize_observations={v['normalize_observations']}, "
+        f"hidden {tuple(spec['hidden_sizes'])} + tanh-Gaussian head (sampled actions in "
+        f"training), deterministic eval over {spec['eval_episodes']} episodes, "
+        f"{spec['backend']}, episode {spec['episode_length']}"
+    )
+
+
+def run_brax_env(record: dict, args, path: Path) -> None:
+    """Runs Brax ES on the env of `record` unless it has a finished run; records its curve."""
+    env = record["env"]
+    old = record.get("brax_es")
+    if old and old.get("status") == "done" and old["spec"]["variant"] == args.brax_es_variant:
+        print(f"{env}: Brax ES finished ({old['bound']}), skipped", flush=True)
+        return
+    config = record["settings"].get("jaxes_config")
+    if not config:
+        raise RuntimeError(f"{env}: no jaxes config.json to match Brax ES to")
+    curve_path = args.runs / f"{env}-brax-es.jsonl"
+    curve_path.unlink(missing_ok=True)  # Brax ES cannot resume: a new run, a new curve
+    budget = record["settings"]["timesteps_budget"]
+    spec = brax_spec(env, config, budget, args.brax_es_variant, curve_path)
+    wall_budget = args.wall_minutes * 60.0
+    print(f"{env}: Brax ES, budget {budget:.3g} env steps or {wall_budget:.0f} s", flush=True)
+    started, machine = utc_now(), machine_info(args.argv, ("jax", "jaxlib", "brax"))
+    t0 = time.perf_counter()
+    try:
+        child = spawn_child(__file__, spec, timeout=wall_budget)
+        bound = "timesteps" if child.result is not None else None
+        failure = None if child.result else (child.proc.stderr or "")[-3000:]
+    except subprocess.TimeoutExpired:
+        bound, failure = "wall clock", None
+    seconds = time.perf_counter() - t0
+    points = read_metrics(curve_path)
+    curve = [(p["env_steps"], p["eval_return"]) for p in points]
+    jaxes_curves = [[tuple(p) for p in s["curve"]] for s in record["seeds"]]
+    record["brax_es"] = {
+        "status": "done" if bound else "failed",
+        "spec": spec,
+        "settings": brax_settings_text(spec),
+        "bound": bound,
+        "started_utc": started,
+        "machine": machine,
+        "wall_s": round(seconds, 1),
+        "env_steps_used": curve[-1][0] if curve else 0,
+        "curve": [[s, round(v, 3)] for s, v in curve],
+        "curve_wall_s": [p["wall_s"] for p in points],
+        "comparison": compare_at_equal_steps(jaxes_curves, curve),
+    }
+    if failure:
+        record["brax_es"]["stderr_tail"] = failure
+    write_json(path, record)
+    if failure:
+        raise RuntimeError(f"{env}: Brax ES failed:\n{failure}")
+
+
+# --------------------------------------------------------------------------------------------
+# Report: tables, the docs section, the plot.
+# --------------------------------------------------------------------------------------------
+
+
+def fmt_steps(x) -> str:
+    return "not reached" if x is None else f"{x:.3g}"
+
+
+def bound_text(record: dict) -> str:
+    b = record["bound"]
+    steps, wall = f"{b['env_steps_used']:.3g} env steps", f"{b['wall_s_used']:.0f} s"
+    return f"{b['applied'] or 'unfinished'} ({steps}, {wall})"
+
+
+def yes_no(value: bool | None) -> str:
+    return {True: "yes", False: "no", None: "?"}[value]
+
+
+def table3_markdown(records: list[dict]) -> str:
+    head = [f"{p} %" for p in PERCENTS]
+    lines = [
+        "| env | seeds | " + " | ".join(f"jaxes {h}" for h in head) + " | paper ES "
+        "25/50/75/100 % | bound (env steps, wall clock used) | within paper ES 25 % / 50 % |",
+        "|---|---:|" + "---:|" * len(PERCENTS) + "---|---|---|",
+    ]
+    for r in records:
+        n = len(r["seeds"])
+        cells = [
+            f"{fmt_steps(m)} ({k}/{n})"
+            for m, k in zip(
+                r["median"]["threshold_env_steps"], r["median"]["seeds_reached"], strict=True
+            )
+        ]
+        paper = " / ".join(f"{x:.3g}" for x in r["paper"]["es_timesteps"])
+        within = " / ".join(yes_no(v) for v in r["within_paper"].values())
+        lines.append(
+            f"| {r['env']} | {n} | " + " | ".join(cells) + f" | {paper} | {bound_text(r)} | "
+            f"{within} |"
+        )
+    return "\n".join(lines)
+
+
+def brax_markdown(records: list[dict]) -> str:
+    lines = [
+        "| env | compared at env steps | jaxes median return | Brax ES return | jaxes beats "
+        "Brax ES | Brax ES bound (env steps, wall clock) | Brax ES best return |",
+        "|---|---:|---:|---:|---|---|---:|",
+    ]
+    for r in records:
+        b = r.get("brax_es")
+        if not b:
+            continue
+        c = b["comparison"]
+        best = max((v for _, v in b["curve"]), default=None)
+        best_text = "-" if best is None else f"{best:.1f}"
+        used = f"{b['bound']} ({b['env_steps_used']:.3g}, {b['wall_s']:.0f} s)"
+        if c is None:
+            lines.append(f"| {r['env']} | - | - | - | - | {used} | {best_text} |")
+            continue
+        lines.append(
+            f"| {r['env']} | {c['env_steps']:.3g} | {c['jaxes_median_return']:.1f} | "
+            f"{c['brax_es_return']:.1f} | {yes_no(c['jaxes_beats_brax_es'])} | {used} | "
+            f"{best_text} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+APPROXIMATE = (
+    "Brax's physics is not gym's MuJoCo (other models, contacts, integrators and reward "
+    "details), so the paper's ES timesteps are a guide rather than a like-for-like baseline; "
+    "every comparison here is approximate."
+)
+
+
+def report(records: list[dict]) -> str:
+    parts = [
+        "Env steps jaxes needed to reach TRPO's score at 25/50/75/100 % of its learning "
+        "(Salimans et al. 2017, Table 3): median over seeds (seeds that reached it).",
+        "",
+        table3_markdown(records),
+    ]
+    brax = brax_markdown(records)
+    if brax:
+        settings = {r["brax_es"]["settings"] for r in records if r.get("brax_es")}
+        parts += ["", "Brax ES at equal env steps (one seed):", "", brax, ""]
+        parts += [f"Brax ES settings: {s}" for s in sorted(settings)]
+    return "\n".join(parts + ["", APPROXIMATE])
+
+
+def machine_line(records: list[dict]) -> str:
+    machines = {}
+    for r in records:
+        for s in r["sittings"]:
+            m = s["machine"]
+            key = (m["cpu_model"], m["cpu_cores"], m["ram_gib"], m.get("jax"))
+            machines[key] = machines.get(key, 0) + 1
+    return "; ".join(
+        f"{cpu}, {cores} cores, {ram} GiB RAM, jax {jax} ({n} sitting(s))"
+        for (cpu, cores, ram, jax), n in machines.items()
+    )
+
+
+def docs_section(records: list[dict], args, plot_name: str) -> str:
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dates = sorted(s["started_utc"] for r in records for s in r["sittings"])
+    span = f"{dates[0]} to {utc_now()}" if dates else utc_now()
+    command = " ".join([".venv/bin/python", "benchmarks/table3.py", *args.argv[1:]])
+    return "\n".join(
+        [
+            MARK_START,
+            "## Salimans et al. 2017, Table 3, on Brax: `benchmarks/table3.py`",
+            "",
+            f"Command: `{command}`. Results: `{rel(args.results)}/<env>.json`, commit "
+            f"`{commit or 'unknown'}`, {span}. Machine(s): {machine_line(records)}.",
+            "",
+            report(records),
+            "",
+            f"![eval return vs env steps]({plot_name})",
+            "",
+            "Plot: eval return of the centre vs env steps, each jaxes seed a thin line, Brax ES "
+            "dashed, TRPO's four scores as horizontal lines and the paper's ES timesteps for "
+            "them as markers.",
+            MARK_END,
+        ]
+    )
+
+
+def write_docs_section(docs: Path, section: str) -> None:
+    """Replaces the text between the table3 markers in `docs` (appends them if missing)."""
+    text = docs.read_text() if docs.is_file() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(MARK_START) + ".*?" + re.escape(MARK_END), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    docs.write_text(text)
+
+
+def plot(records: list[dict], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(records))
+    rows = math.ceil(len(records) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, r in zip(axes.flat, records, strict=False):
+        for s in r["seeds"]:
+            if s["curve"]:
+                x, y = zip(*s["curve"], strict=True)
+                ax.plot(x, y, lw=0.8, color=colors[0], alpha=0.8)
+        b = r.get("brax_es")
+        if b and b["curve"]:
+            x, y = zip(*[p for p in b["curve"] if p[0] > 0] or b["curve"], strict=True)
+            ax.plot(x, y, "--", lw=1.2, color=colors[1], label="Brax ES")
+        paper = r["paper"]
+        for i, (t, steps) in enumerate(
+            zip(paper["thresholds"], paper["es_timesteps"], strict=True)
+        ):
+            ax.axhline(t, color="grey", lw=0.6, ls=":")
+            label = "paper ES" if i == 0 else None
+            ax.plot([steps], [t], "o", color=colors[2], ms=5, label=label)
+        ax.plot([], [], lw=0.8, color=colors[0], label="jaxes (each seed)")
+        ax.set_xscale("log")
+        ax.set_title(r["env"])
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("eval return")
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(records) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def rel(path: Path) -> str:
+    path = Path(path).resolve()
+    return os.path.relpath(path, REPO) if path.is_relative_to(REPO) else str(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line.
+# --------------------------------------------------------------------------------------------
+
+
+def env_list(text: str) -> list[str]:
+    envs = list(ENVS) if text == "all" else [e.strip() for e in text.split(",") if e.strip()]
+    unknown = [e for e in envs if e not in PAPER]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown env(s) {unknown}; known: {', '.join(ENVS)}")
+    return envs
+
+
+def parse_args(argv: list[str]):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", type=env_list, default=None, help="a,b or all (default all)")
+    parser.add_argument("--seeds", default=None, help="as jaxes train takes them (default 0-2)")
+    parser.add_argument("--wall-minutes", type=float, default=15.0, help="per env, all seeds")
+    parser.add_argument("--timesteps", type=int, default=None, help="override the env-step cap")
+    parser.add_argument("--no-brax-es", action="store_true", help="skip Brax ES")
+    parser.add_argument(
+        "--brax-es-envs",
+        type=env_list,
+        default=list(BRAX_ES_DEFAULT_ENVS),
+        help=f"a,b or all (default {','.join(BRAX_ES_DEFAULT_ENVS)}); only those in --envs",
+    )
+    parser.add_argument("--brax-es-variant", choices=sorted(BRAX_VARIANTS), default="tuned")
+    parser.add_argument("--results", type=Path, default=None, help="folder of <env>.json")
+    parser.add_argument("--runs", type=Path, default=None, help=f"default {DEFAULT_RUNS}")
+    parser.add_argument("--write-docs", action="store_true", help="update docs + the plot")
+    parser.add_argument("--docs", type=Path, default=DOCS, help="markdown file for --write-docs")
+    parser.add_argument("--quick", action="store_true", help="smoke run (see the docstring)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv[1:])
+    args.argv = argv
+    if args.child:
+        return args
+    if args.quick:
+        if args.write_docs:
+            parser.error("--quick results never go into the docs")
+        args.envs = args.envs or [QUICK["env"]]
+        args.seeds = args.seeds or QUICK["seeds"]
+        args.timesteps = args.timesteps or QUICK["timesteps"]
+        args.no_brax_es = True
+        args.results = args.results or Path(tempfile.mkdtemp(prefix="table3-quick-"))
+        if args.results.resolve() == (RESULTS / "table3").resolve():
+            parser.error("--quick must not write into benchmarks/results/table3")
+    args.envs = args.envs or list(ENVS)
+    args.seeds = args.seeds or "0-2"
+    try:
+        parse_seeds(args.seeds)
+    except ValueError as err:
+        parser.error(str(err))
+    args.results = (args.results or RESULTS / "table3").absolute()
+    args.runs = (args.runs or (args.results / "runs" if args.quick else DEFAULT_RUNS)).absolute()
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print_result(brax_child(json.loads(args.child)))
+        return
+    records = []
+    for env in args.envs:
+        path = args.results / f"{env}.json"
+        record = run_jaxes_env(env, args, path)
+        if not args.no_brax_es and env in args.brax_es_envs:
+            run_brax_env(record, args, path)
+        records.append(record)
+    print("\n" + report(records))
+    print(f"\nresults in {rel(args.results)}; run directories in {args.runs}")
+    if args.write_docs:
+        png = args.docs.parent / "table3.png"
+        plot(records, png)
+        write_docs_section(args.docs, docs_section(records, args, png.name))
+        print(f"wrote {rel(args.docs)} and {rel(png)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

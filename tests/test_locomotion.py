@@ -1,0 +1,194 @@
+"""Every Brax env from its preset, the stopping rules, and several seeds in one program.
+
+Tracing (``jax.jit(...).lower``) checks that a generation of every env builds without
+compiling it: humanoid's XLA compile alone takes minutes on this CPU.
+"""
+
+import io
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import jaxes
+from jaxes import config as config_lib
+from jaxes import presets, runner, train
+from jaxes.step import generation_step
+from jaxes.strategies.common import centre
+from jaxes.tasks.brax_envs import env_names, supported_backends
+from jaxes.tasks.functions import function_task
+
+
+@pytest.mark.parametrize("env", env_names())
+def test_every_env_traces_one_generation_with_its_preset(env):
+    config = config_lib.TrainConfig(env=env)
+    assert config.backend in supported_backends(env)
+    strategy, task = config_lib.build(config)
+    state = jax.eval_shape(lambda: runner.init_state(strategy, task, 0))
+    lowered = jax.jit(generation_step(strategy, task)).lower(state)
+    _, metrics = lowered.out_info
+    assert metrics["env_steps"].shape == () and "fitness_mean" in metrics
+
+
+def test_presets_are_valid_configs_and_flags_override_them():
+    for env in presets.PRESETS:
+        config = config_lib.TrainConfig(env=env)
+        for name, value in presets.preset(env).items():
+            assert getattr(config, name) == value, (env, name)
+    config = config_lib.TrainConfig(env="hopper", sigma=0.1, population_size=8)
+    assert (config.sigma, config.population_size) == (0.1, 8)
+    assert config.learning_rate == presets.preset("hopper")["learning_rate"]
+    # Another strategy keeps the env's settings but not open_es's step sizes.
+    snes = config_lib.TrainConfig(env="hopper", strategy="snes")
+    assert snes.population_size == 32 and snes.learning_rate == 1.0 and snes.l2_coeff is None
+
+
+def test_new_settings_reach_the_strategy_and_the_task():
+    config = config_lib.TrainConfig(
+        env="inverted_pendulum", l2_coeff=0.01, fitness_shaping="z_score", noise="gaussian",
+        action_repeat=2, population_size=4,
+    )  # fmt: skip
+    strategy, task = config_lib.build(config)
+    reference = jaxes.open_es(4, l2_coeff=0.01, fitness_shaping="z_score", noise="gaussian")
+    params = task.init_params(jax.random.key(0))
+    mine = jax.eval_shape(strategy.init, jax.random.key(1), params)
+    assert mine.noise_state is None  # gaussian noise keeps no table
+    fitness = jax.numpy.arange(4.0)
+    state = reference.init(jax.random.key(1), params)
+    _, state = reference.ask(jax.random.key(2), state)
+    _, ours = strategy.ask(jax.random.key(2), strategy.init(jax.random.key(1), params))
+    for a, b in zip(
+        jax.tree.leaves(strategy.tell(ours, fitness)[0].params),
+        jax.tree.leaves(reference.tell(state, fitness)[0].params),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    assert config.to_dict()["action_repeat"] == 2
+
+
+SPHERE = function_task("sphere", 3)
+ES = jaxes.open_es(8, sigma=0.1)
+
+
+def quiet(**kwargs):
+    return {"stream": io.StringIO(), "plot": False, **kwargs}
+
+
+def lines_of(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(x) for x in f]
+
+
+def test_timesteps_stop_inside_a_block_and_resume_like_one_run(tmp_path):
+    # 8 evaluations a generation: a budget of 20 stops after generation 3, inside the block.
+    summary = runner.run(
+        ES, SPHERE, str(tmp_path / "a"), generations=10, eval_every=5, timesteps=20, **quiet()
+    )
+    assert summary["stopped"] == "timesteps" and summary["generations"] == 3
+    assert [x["total_env_steps"] for x in lines_of(tmp_path / "a")] == [8, 16, 24]
+    resumed = runner.run(
+        ES, SPHERE, str(tmp_path / "a"), generations=10, eval_every=5, timesteps=60,
+        resume=True, **quiet(),
+    )  # fmt: skip
+    straight = runner.run(
+        ES, SPHERE, str(tmp_path / "b"), generations=10, eval_every=5, timesteps=60, **quiet()
+    )
+    assert resumed["generations"] == straight["generations"] == 8
+    assert [x["generation"] for x in lines_of(tmp_path / "a")] == list(range(1, 9))
+    _, _, a = _final(tmp_path / "a")
+    _, _, b = _final(tmp_path / "b")
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _final(out):
+    from jaxes.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(os.path.join(out, "checkpoints"), create=False)
+    try:
+        step, state = ckpt.restore(runner.init_state(ES, SPHERE, 0))
+    finally:
+        ckpt.close()
+    return step, state, np.asarray(centre(state.strategy_state))
+
+
+def test_target_return_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
+    free = runner.run(ES, SPHERE, str(tmp_path / "free"), generations=30, eval_every=2, **quiet())
+    evals = [x["eval_return"] for x in lines_of(tmp_path / "free") if "eval_return" in x]
+    target = evals[len(evals) // 2]
+    first = next(i for i, r in enumerate(evals) if r >= target)
+    summary = runner.run(
+        ES, SPHERE, str(tmp_path / "t"), generations=30, eval_every=2, target_return=target,
+        **quiet(),
+    )  # fmt: skip
+    assert free["stopped"] == "generations" and summary["stopped"] == "target_return"
+    assert summary["generations"] == 2 * (first + 1)
+    assert summary["target_env_steps"] == 8 * summary["generations"]
+
+
+def test_seeds_in_one_program_match_each_seed_alone_and_resume(tmp_path):
+    both = runner.run_seeds(
+        ES, SPHERE, str(tmp_path / "s"), seeds=[3, 5], generations=4, eval_every=2, **quiet()
+    )
+    assert both["seeds"] == [3, 5] and len(both["runs"]) == 2
+    finals = [r["final_eval_return"] for r in both["runs"]]
+    assert both["final_eval_return"]["median"] == pytest.approx(np.median(finals))
+    runner.run_seeds(
+        ES, SPHERE, str(tmp_path / "s"), seeds=[3, 5], generations=8, eval_every=2,
+        resume=True, **quiet(),
+    )  # fmt: skip
+    for seed in (3, 5):
+        runner.run(
+            ES, SPHERE, str(tmp_path / f"alone{seed}"), seed=seed, generations=8, eval_every=2,
+            **quiet(),
+        )  # fmt: skip
+        together = lines_of(tmp_path / "s" / f"seed-{seed}")
+        alone = lines_of(tmp_path / f"alone{seed}")
+        assert [x["generation"] for x in together] == list(range(1, 9))
+        np.testing.assert_allclose(
+            [x["eval_return"] for x in together if "eval_return" in x],
+            [x["eval_return"] for x in alone if "eval_return" in x],
+            rtol=1e-6,
+        )
+    with open(tmp_path / "s" / "summary.json") as f:
+        assert [r["generations"] for r in json.load(f)["runs"]] == [8, 8]
+
+
+def test_seeds_that_reach_the_target_stop_while_the_others_go_on(tmp_path):
+    alone = runner.run(ES, SPHERE, str(tmp_path / "a"), seed=1, generations=20, eval_every=2,
+                       **quiet())  # fmt: skip
+    target = alone["final_eval_return"] - 1e-6
+    both = runner.run_seeds(
+        ES, SPHERE, str(tmp_path / "s"), seeds=[0, 1], generations=20, eval_every=2,
+        target_return=target, **quiet(),
+    )  # fmt: skip
+    stops = {r["seed"]: (r["stopped"], r["generations"]) for r in both["runs"]}
+    assert stops[1][0] == "target_return" and stops[1][1] <= 20
+    assert all(g % 2 == 0 for _, g in stops.values())
+
+
+def test_brax_seeds_match_the_single_run_of_the_same_seed(tiny_run, tmp_path):
+    """The CLI's tiny run (seed 0) against the same settings trained with seeds 0 and 1."""
+    config = config_lib.read_config(os.path.join(tiny_run, "config.json"))
+    train.run_seeds(config, [0, 1], str(tmp_path / "s"), stream=io.StringIO(), plot=False)
+    _, _, _, _, alone = train.load_run(str(tiny_run))
+    _, _, _, step, together = train.load_run(str(tmp_path / "s" / "seed-0"))
+    assert step == config.generations
+    np.testing.assert_allclose(
+        np.concatenate([np.ravel(x) for x in jax.tree.leaves(centre(together.strategy_state))]),
+        np.concatenate([np.ravel(x) for x in jax.tree.leaves(centre(alone.strategy_state))]),
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("env", ["fast", "swimmer"])
+def test_envs_that_needed_help_train_a_generation(env, tmp_path):
+    """fast has no physical system (no control range); swimmer's fluid model needed the
+    ``jnp.clip`` fix. Both run a real generation from their preset."""
+    config = config_lib.TrainConfig(
+        env=env, episode_length=10, population_size=4, generations=1, eval_every=1,
+        checkpoint_every=1, eval_episodes=1,
+    )  # fmt: skip
+    summary = train.run(config, str(tmp_path / env), stream=io.StringIO(), plot=False)
+    assert summary["total_env_steps"] == 4 * 10 and np.isfinite(summary["final_eval_return"])
