@@ -26,7 +26,7 @@ def test_every_command_has_useful_help(capsys, command):
     code, out, _ = run_main(capsys, command, "--help")
     assert code == 0
     expected = {
-        "train": ["--population", "--sigma", "--seeds", "--timesteps", "hopper: population_size=32"],
+        "train": ["--population", "--seeds", "--timesteps", "hopper: population_size=32"],
         "eval": ["run_dir", "--episodes"],
         "render": ["replay.html"],
         "envs": ["environment"],

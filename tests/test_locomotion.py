@@ -192,3 +192,11 @@ def test_envs_that_needed_help_train_a_generation(env, tmp_path):
     )  # fmt: skip
     summary = train.run(config, str(tmp_path / env), stream=io.StringIO(), plot=False)
     assert summary["total_env_steps"] == 4 * 10 and np.isfinite(summary["final_eval_return"])
+
+
+def test_loading_an_env_leaves_no_mujoco_log_behind(tmp_path, monkeypatch):
+    from jaxes.tasks.brax_envs import load_env
+
+    monkeypatch.chdir(tmp_path)
+    load_env("halfcheetah")  # its model uses an attribute MuJoCo warns about
+    assert os.listdir(tmp_path) == []

@@ -30,9 +30,19 @@ _ONLY_ON = {"swimmer": ("generalized",)}
 
 @contextlib.contextmanager
 def _quiet():
+    """Python warnings and prints off, and MuJoCo's own warnings too: its C library prints
+    them (halfcheetah's model uses a deprecated attribute) and appends them to a
+    ``MUJOCO_LOG.TXT`` in the working directory."""
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        yield
+        import mujoco
+
+        previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(lambda message: None)
+        try:
+            yield
+        finally:
+            mujoco.set_mju_user_warning(previous)
 
 
 def env_names() -> list[str]:
