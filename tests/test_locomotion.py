@@ -200,3 +200,8 @@ def test_loading_an_env_leaves_no_mujoco_log_behind(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     load_env("halfcheetah")  # its model uses an attribute MuJoCo warns about
     assert os.listdir(tmp_path) == []
+
+
+def test_the_docs_print_the_preset_table():
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "training.md")) as f:
+        assert presets.table() in f.read()

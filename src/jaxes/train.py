@@ -76,7 +76,8 @@ def run_seeds(
     summary (median and spread over the seeds).
 
     Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
-      >>> summary = run_seeds(TrainConfig(generations=10), [0, 1, 2], "runs/p3")  # doctest: +SKIP
+      >>> config = TrainConfig(generations=10)
+      >>> summary = run_seeds(config, [0, 1, 2], "runs/p3")  # doctest: +SKIP
       >>> len(summary["runs"]), summary["final_eval_return"]["median"] > 0  # doctest: +SKIP
       (3, True)
     """
@@ -157,6 +158,7 @@ def load_policy(out: str, checkpoint_step: int | None = None) -> Callable[[jax.A
     ``obs`` may be one observation or a batch (leading axes are kept).
 
     Example (skipped in doctests: it needs a trained run):
+      >>> import jax.numpy as jnp
       >>> act = load_policy("runs/pendulum")  # doctest: +SKIP
       >>> act(jnp.zeros(4)).shape  # doctest: +SKIP
       (1,)

@@ -1,0 +1,110 @@
+"""Where jaxes' start-up goes on a Brax task: XLA compile seconds of each piece of a block.
+
+The block `jaxes train` runs first is `EVAL_EVERY` generations fused with `lax.scan` plus a
+noise-free evaluation of the centre, compiled as one program. This script compiles, each in a
+fresh process with the persistent compilation cache off (so nothing is reused):
+
+- `block`: the whole block (`runner.block_runner`), what training compiles;
+- `train_scan`: the same block without the evaluation;
+- `evaluation`: the evaluation alone (`task.evaluate_policy`);
+- `generation`: one generation (`step.generation_step`);
+- `rollout`: one population rollout alone (`task.evaluate` on `P` members);
+
+and reports lowering (jaxpr → StableHLO) and XLA compile seconds for each, with the settings
+of `benchmarks/brax_vs_brax_es.py` (inverted_pendulum, spring, 200-step episodes, P = 64,
+(32, 32) MLP, 8 evaluation episodes). The difference `block - train_scan` is what the
+evaluation adds to the program; `train_scan - generation` what fusing generations adds.
+
+Run:
+  .venv/bin/python benchmarks/compile_profile.py            # writes results/compile_profile.json
+  .venv/bin/python benchmarks/compile_profile.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from _common import RESULTS, machine_info, print_result, quiet_import, spawn_child, write_json
+
+PIECES = ("block", "train_scan", "evaluation", "generation", "rollout")
+
+
+def child(piece: str) -> dict:
+    jax = quiet_import("brax.envs", "jaxes.train")
+    if jax.config.jax_compilation_cache_dir is not None:
+        raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
+    from brax_vs_brax_es import jaxes_config
+
+    from jaxes import runner
+    from jaxes.config import build
+    from jaxes.step import generation_step
+    from jaxes.strategies.common import centre
+
+    strategy, task = build(jaxes_config(0, 100))
+    state = runner.init_state(strategy, task, 0)
+    key = runner.eval_key(0, 5)
+    length = 5
+
+    def train_scan(ts):
+        step = generation_step(strategy, task)
+        return jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
+
+    def evaluation(ts, key):
+        return task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+
+    def rollout(ts, key):
+        members = strategy.members(ts.strategy_state, 0, strategy.population_size)
+        return task.evaluate(key, members, ts.task_state)
+
+    fns = {
+        "block": (runner.block_runner(strategy, task, length), (state, key)),
+        "train_scan": (jax.jit(train_scan), (state,)),
+        "evaluation": (jax.jit(evaluation), (state, key)),
+        "generation": (jax.jit(generation_step(strategy, task)), (state,)),
+        "rollout": (jax.jit(rollout), (state, key)),
+    }
+    fn, args = fns[piece]
+    start = time.perf_counter()
+    lowered = fn.lower(*args)
+    lowered_at = time.perf_counter()
+    lowered.compile()
+    done = time.perf_counter()
+    return {"lower_s": round(lowered_at - start, 3), "compile_s": round(done - lowered_at, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1, help="fresh processes per piece")
+    parser.add_argument("--out", default=str(RESULTS / "compile_profile.json"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print_result(child(json.loads(args.child)["piece"]))
+        return
+    info = machine_info(["benchmarks/compile_profile.py", *sys.argv[1:]])
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    rows = {}
+    for piece in PIECES:
+        runs = []
+        for _ in range(args.repeats):
+            done = spawn_child(__file__, {"piece": piece}, timeout=900, env=env)
+            if done.result is None:
+                raise RuntimeError(f"{piece}: the child failed:\n{done.proc.stderr[-2000:]}")
+            runs.append(done.result)
+        rows[piece] = {
+            "lower_s": statistics.median(r["lower_s"] for r in runs),
+            "compile_s": statistics.median(r["compile_s"] for r in runs),
+            "runs": runs,
+        }
+        print(f"{piece:>12}: lower {rows[piece]['lower_s']:6.2f} s  "
+              f"compile {rows[piece]['compile_s']:6.2f} s", flush=True)  # fmt: skip
+    write_json(args.out, {"machine": info, "pieces": rows})
+
+
+if __name__ == "__main__":
+    main()
