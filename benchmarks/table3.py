@@ -7,35 +7,49 @@ This script measures the same for jaxes on Brax's versions of those tasks.
 
 What it measures, per env:
 
-1. jaxes: `jaxes train --env ENV --seeds 0-2 --timesteps N` (the env's preset from
-   `jaxes.presets.PRESETS`: policy, population, sigma, learning rate, episode length, eval
-   cadence, backend; the seeds vmapped in one program). For each seed, the first
-   `total_env_steps` at which the noise-free evaluation of the centre (run by jaxes after
-   every block) reaches each of the four scores; the table gives the median over seeds, with
-   a seed that never reached a score counted as +inf, so the median is "not reached" when
-   more than half the seeds (for an even number: half or more) missed it. jaxes counts
-   training env steps in whole simulated chunks (evaluation episodes not counted), which is
-   at least the alive steps the paper's timesteps correspond to, so the count is not in
-   jaxes' favour.
-   Each env's runs stop at N = 1.5 x the paper's ES timesteps for 100 % (env steps), or when
-   all its seeds together have used `--wall-minutes` (default 15) of wall clock, compilation
-   and start-up included, whichever binds first; the table says which did, with the env
-   steps and seconds used. The wall clock is enforced by sending SIGINT to `jaxes train`
-   (which keeps its checkpoints), so an interrupted sweep, or one given more minutes,
-   continues with `--resume`.
+1. jaxes: `jaxes train --env ENV --seeds 0-2 --timesteps N --target-return S100` (the env's
+   preset from `jaxes.presets.PRESETS`: policy, population, sigma, learning rate, episode
+   length, eval cadence, backend; the seeds vmapped in one program; S100 is TRPO's final
+   score, after which a seed has nothing left to measure). For each seed, the first
+   `total_env_steps` at which the noise-free evaluation of the centre (which jaxes runs
+   after every block) reaches each of the four scores; the table gives the median over
+   seeds, a seed that never reached a score counted as +inf, so the median is "not reached"
+   when more than half the seeds (of an even number: half) missed it.
+   `total_env_steps` counts every step jaxes' chunked batch simulated (chunks of 50 until
+   the last episode of the population ends; evaluation episodes not counted), which is more
+   than the paper counts; a second column gives the same medians in alive steps (steps
+   inside live episodes, the running sum of `alive_steps`), which is what the paper's
+   timesteps and Brax ES count.
+   Each env's runs stop at N = 1.5 x the paper's ES timesteps for 100 %, or when all its
+   seeds together have used `--wall-minutes` (default 15) of wall clock, start-up and
+   compilation included, whichever binds first (or when every seed reached every score);
+   the table says which, with the env steps and seconds used. The wall clock is enforced by
+   sending SIGINT to `jaxes train`, which keeps its checkpoints, so a sweep that is
+   interrupted, or given more minutes, continues with `--resume`.
 2. Brax ES side by side (hopper, halfcheetah and inverted_double_pendulum by default;
    `--brax-es-envs all` for all six): `brax.training.agents.es.train`, one seed, in its own
-   process, with the same env-step budget N, the same wall clock cap, the backend, episode
-   length, population (P/2 antithetic pairs), policy widths and evaluation episodes of the
-   jaxes preset, and its (env steps, eval return) curve from `progress_fn` (deterministic
-   evaluation, about 1000 evaluations spread over N). Settings (`BRAX_VARIANTS["tuned"]`):
-   Adam lr 0.03, perturbation std 0.05, centered-rank fitness, observation normalisation.
-   Brax's own defaults (lr 1e-3, std 0.1, raw fitness, no normalisation) are
-   `--brax-es-variant defaults`; benchmarks/brax_vs_brax_es.py found the tuned settings far
-   better on inverted_pendulum, and they were better on hopper here too (see
-   docs/benchmarks.md). Brax counts the alive steps of its training episodes. The
-   comparison is at equal env steps: the largest step that both curves reached, jaxes'
-   median over seeds of its last evaluation at or before it against Brax's.
+   process, with the same env-step budget N (`num_timesteps`) and the same wall clock cap,
+   the backend, episode length, population (P/2 antithetic pairs), policy widths (linear:
+   no hidden layer) and evaluation episodes of the jaxes preset, and its (env steps, eval
+   return) curve from `progress_fn` (deterministic evaluation, about 1000 of them spread
+   over N). Settings (`BRAX_VARIANTS`, chosen per env by `BRAX_ES_CHOICE`): centered-rank
+   fitness, observation normalisation, and training that acts with the mode of Brax's
+   tanh-Gaussian head (the deterministic policy of the paper and of jaxes) instead of
+   sampling it; step sizes "tuned" (Adam lr 0.03, std 0.05, no L2, as
+   benchmarks/brax_vs_brax_es.py found best on inverted_pendulum) or "preset" (the jaxes
+   preset's sigma, lr and L2, converted to Brax's scale). One-seed trials of about 3
+   minutes on this 2-core CPU, eval return at 0.5 / 1 / 1.4 M env steps:
+     hopper       preset 609 / 744 / 761, tuned 495 / 545 / 562, Brax's defaults (lr 1e-3,
+                  std 0.1, raw fitness, no normalisation, sampled actions) 36 at 0.19 M;
+                  sampled actions instead of the mode, at 0.86 M: preset 528 (mode 672),
+                  tuned 565 (mode 535)
+     halfcheetah  tuned 155 / 775 / 698 (best 1287), preset -126 / 87 / 100
+     walker2d     preset 781 / 979 / 1062, tuned 223 / 900 / 1072
+     inverted_double_pendulum: the preset's step sizes are the tuned ones (9343 at 1.4 M)
+   so hopper and walker2d take "preset", the others "tuned" (swimmer and inverted_pendulum
+   untried). The comparison is at equal env steps in Brax's count (alive steps): the
+   largest that both curves reached, jaxes' median over seeds of its last evaluation at or
+   before it against Brax's.
 
 Brax's physics is not gym's MuJoCo (other models, contacts and integrators), so the paper's
 numbers are a guide, not a like-for-like baseline: the comparison is approximate.
@@ -43,8 +57,9 @@ numbers are a guide, not a like-for-like baseline: the comparison is approximate
 Results: one JSON per env in `--results` (default benchmarks/results/table3/<env>.json),
 written after every sitting; a rerun skips finished envs and continues unfinished ones (with
 the wall clock already used taken off the budget), so the table can be filled in several
-sittings and on other machines (each sitting records its machine). Run directories (with
-checkpoints) go to `--runs` (default ~/.cache/jaxes/table3-runs), outside the repository.
+sittings and on other machines, a GPU's included (each sitting records its machine). Run
+directories, with checkpoints, go to `--runs` (default ~/.cache/jaxes/table3-runs), outside
+the repository, with a log per env.
 
 Run:
   .venv/bin/python benchmarks/table3.py                       # all six envs, 3 seeds
@@ -73,6 +88,7 @@ from pathlib import Path
 from _common import (
     REPO,
     RESULTS,
+    finish_machine_info,
     machine_info,
     print_result,
     quiet_import,
@@ -80,6 +96,8 @@ from _common import (
     utc_now,
     write_json,
 )
+
+from jaxes import presets
 
 PERCENTS = (25, 50, 75, 100)
 # Table 3 of Salimans et al. 2017: TRPO's score at 25/50/75/100 % of its learning progress,
@@ -124,32 +142,38 @@ DEFAULT_RUNS = Path.home() / ".cache" / "jaxes" / "table3-runs"
 DOCS = REPO / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- table3:start -->", "<!-- table3:end -->"
 
-# Brax ES settings (keyword arguments of `brax.training.agents.es.train`, the fitness shaping
-# by name). "tuned" is what the table uses; "matched" takes jaxes' preset step sizes (None
-# below); "defaults" is Brax's own.
+# Brax ES settings: keyword arguments of `brax.training.agents.es.train` (the fitness shaping
+# by name; None: the jaxes preset's step size), and `sampled_actions`: whether training
+# samples actions from Brax's tanh-Gaussian head (Brax's own way) or takes its mode, the
+# deterministic policy of the paper (and of jaxes), by giving the head a zero variance scale.
+# `BRAX_ES_CHOICE` says which one the table uses per env (`--brax-es-variant` overrides it).
+_TUNED = {
+    "learning_rate": 0.03,
+    "perturbation_std": 0.05,
+    "l2coeff": 0.0,
+    "fitness_shaping": "CENTERED_RANK",
+    "normalize_observations": True,
+}
 BRAX_VARIANTS = {
-    "tuned": {
-        "learning_rate": 0.03,
-        "perturbation_std": 0.05,
-        "l2coeff": 0.0,
-        "fitness_shaping": "CENTERED_RANK",
-        "normalize_observations": True,
-    },
-    "matched": {
-        "learning_rate": None,
-        "perturbation_std": None,
-        "l2coeff": None,
-        "fitness_shaping": "CENTERED_RANK",
-        "normalize_observations": True,
-    },
+    "tuned": _TUNED | {"sampled_actions": False},
+    "tuned_sampled": _TUNED | {"sampled_actions": True},
+    "preset": _TUNED
+    | {"learning_rate": None, "perturbation_std": None, "l2coeff": None, "sampled_actions": False},
     "defaults": {
         "learning_rate": 1e-3,
         "perturbation_std": 0.1,
         "l2coeff": 0.0,
         "fitness_shaping": "ORIGINAL",
         "normalize_observations": False,
+        "sampled_actions": True,
     },
 }
+
+
+# Chosen from one-seed trials of about 3 minutes on this CPU (module docstring): the jaxes
+# preset's step sizes were better on hopper and walker2d, the tuned ones on halfcheetah, and
+# they are the same on inverted_double_pendulum; the untried envs take "tuned".
+BRAX_ES_CHOICE = {"hopper": "preset", "walker2d": "preset"}
 
 
 def brax_es_settings(variant: str, config: dict) -> dict:
@@ -205,12 +229,23 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     return lines
 
 
-def eval_curve(lines: list[dict]) -> list[tuple[int, float]]:
-    """(total_env_steps, eval_return) of each evaluation line with a finite return."""
+def add_alive_totals(lines: list[dict]) -> list[dict]:
+    """`lines` with `total_alive_steps`, the running sum of `alive_steps`: the steps inside
+    episodes that had not ended, which is what the paper's timesteps (and Brax ES) count;
+    `total_env_steps` also counts the steps a chunked batch simulates after an episode ended."""
+    total, out = 0, []
+    for line in lines:
+        total += int(line.get("alive_steps") or 0)
+        out.append(line | {"total_alive_steps": total})
+    return out
+
+
+def eval_curve(lines: list[dict], count: str = "total_env_steps") -> list[tuple[int, float]]:
+    """(`count`, eval_return) of each evaluation line with a finite return."""
     return [
-        (int(x["total_env_steps"]), float(x["eval_return"]))
+        (int(x[count]), float(x["eval_return"]))
         for x in lines
-        if x.get("eval_return") is not None and x.get("total_env_steps") is not None
+        if x.get("eval_return") is not None and x.get(count) is not None
     ]
 
 
@@ -229,20 +264,30 @@ def median_steps(values: list[int | None]) -> int | None:
     return None if math.isinf(median) else round(median)
 
 
+def seed_stop(steps_used: int, steps_budget: int, final_crossing: int | None) -> str | None:
+    """Why a seed's run is over: "scores reached" (it reached TRPO's final score, where
+    `--target-return` stops it: every score is then reached), "timesteps" (it used the budget),
+    or None (it is not over)."""
+    if final_crossing is not None:
+        return "scores reached"
+    return "timesteps" if steps_used >= steps_budget else None
+
+
 def bound_applied(
-    steps_used: int,
-    steps_budget: int,
+    seed_stops: list[str | None],
     wall_used_s: float,
     wall_budget_s: float,
     returncode: int | None,
     stopped_for_wall: bool,
 ) -> str | None:
-    """Which cap ended an env's runs: "timesteps" (every seed reached the env-step budget),
-    "wall clock" (the budget of seconds ran out: stopped by SIGINT, or too little left to
-    start), "generations" (`jaxes train` ended by itself before either), or None (not
-    finished: a sitting that failed or was stopped from outside)."""
-    if steps_used >= steps_budget:
-        return "timesteps"
+    """Which cap ended an env's runs: "timesteps" (every seed is over, some at the env-step
+    budget), "scores reached" (every seed reached every score first), "wall clock" (the
+    seconds ran out: stopped by SIGINT, or too few left to start again), "generations"
+    (`jaxes train` ended by itself before either), or None (not finished: a sitting failed
+    or was stopped from outside)."""
+    if seed_stops and all(seed_stops):
+        reached = all(stop == "scores reached" for stop in seed_stops)
+        return "scores reached" if reached else "timesteps"
     if stopped_for_wall or wall_budget_s - wall_used_s < MIN_SITTING_S:
         return "wall clock"
     if returncode == 0:
@@ -250,14 +295,13 @@ def bound_applied(
     return None
 
 
-def within_paper(median: int | None, paper_steps: float, steps_used: list[int]) -> bool | None:
+def within_paper(median: int | None, paper_steps: float, missed_steps: list[int]) -> bool | None:
     """Whether jaxes' median reached a score within the paper's ES timesteps: True/False, or
-    None when it cannot be told (not reached, but some seed stopped short of those steps)."""
+    None when that cannot be told: the median missed it, but a seed that missed it stopped
+    short of the paper's steps (`missed_steps`: env steps used by the seeds that missed)."""
     if median is not None:
         return median <= paper_steps
-    if steps_used and min(steps_used) >= paper_steps:
-        return False  # every seed had the paper's steps and the median still missed
-    return None
+    return False if all(steps >= paper_steps for steps in missed_steps) else None
 
 
 def value_at(curve: list[tuple[int, float]], steps: int) -> float | None:
@@ -305,8 +349,14 @@ def has_run(run_dir: Path, seeds: list[int]) -> bool:
 
 
 def jaxes_command(env: str, seeds: str, timesteps: int, run_dir: Path, resume: bool) -> list:
+    """`jaxes train` with the env's preset; each seed also stops at TRPO's final score, as
+    after that there is nothing left to measure."""
     cmd = [sys.executable, "-m", "jaxes", "train", "--env", env, "--seeds", seeds]
     cmd += ["--timesteps", str(timesteps), "--generations", str(GENERATIONS)]
+    cmd += ["--target-return", repr(PAPER[env]["thresholds"][-1])]
+    # A checkpoint after every evaluation: a sitting stopped by the wall clock loses at most
+    # one block when it is resumed.
+    cmd += ["--checkpoint-every", str(presets.preset(env)["eval_every"])]
     return cmd + ["--out", str(run_dir)] + (["--resume"] if resume else [])
 
 
@@ -362,7 +412,7 @@ def watch(proc, start: float, wall_left_s: float, label: str, run_dir, seeds) ->
             last_text = "-" if last is None else f"{last:.1f}"
             print(
                 f"  {label}: {now - start:.0f} s of {wall_left_s:.0f} s, env steps "
-                f"{steps:.3g}, median last eval {last_text}",
+                f"{sci(steps)}, median last eval {last_text}",
                 flush=True,
             )
     return False
@@ -423,56 +473,64 @@ def check_same_settings(record: dict, seeds_arg: str, budget: int, path: Path) -
         )
 
 
-def seed_summary(directory: Path, seed: int, thresholds) -> dict:
-    lines = read_metrics(directory / "metrics.jsonl")
-    curve = eval_curve(lines)
+def seed_summary(directory: Path, seed: int, thresholds, budget: int) -> dict:
+    lines = add_alive_totals(read_metrics(directory / "metrics.jsonl"))
+    curve, alive = eval_curve(lines), eval_curve(lines, "total_alive_steps")
     gen_steps = [int(x["env_steps"]) for x in lines if x.get("env_steps") is not None]
+    used = int(lines[-1].get("total_env_steps", 0)) if lines else 0
+    crossings = [first_crossing(curve, t) for t in thresholds]
     return {
         "seed": seed,
         "generations": int(lines[-1]["generation"]) if lines else 0,
-        "env_steps_used": int(lines[-1].get("total_env_steps", 0)) if lines else 0,
+        "env_steps_used": used,
+        "alive_steps_used": lines[-1]["total_alive_steps"] if lines else 0,
         "max_generation_env_steps": max(gen_steps, default=0),
-        "threshold_env_steps": [first_crossing(curve, t) for t in thresholds],
+        "stopped": seed_stop(used, budget, crossings[-1]),
+        "threshold_env_steps": crossings,
+        "threshold_alive_steps": [first_crossing(alive, t) for t in thresholds],
         "final_eval_return": curve[-1][1] if curve else None,
         "best_eval_return": max((v for _, v in curve), default=None),
         "evaluations": len(curve),
-        "curve": [[s, round(v, 3)] for s, v in curve],
+        # [total_env_steps, eval_return, total_alive_steps] per evaluation
+        "curve": [[s, round(v, 3), a] for (s, v), (a, _) in zip(curve, alive, strict=True)],
     }
+
+
+def medians(seeds: list[dict], key: str) -> tuple[list[int | None], list[int]]:
+    """Per score: the median over seeds of `key` (None: not reached) and how many reached."""
+    values = [[s[key][i] for s in seeds] for i in range(len(PERCENTS))]
+    return [median_steps(v) for v in values], [sum(x is not None for x in v) for v in values]
 
 
 def summarise(record: dict, wall_budget_s: float, returncode, stopped_for_wall) -> None:
     """Per-seed crossings, medians, the bound and the comparison with the paper, from the
     run directories as they are now."""
     settings, paper = record["settings"], record["paper"]
-    run_dir = Path(settings["run_dir"])
+    seed_list, budget = settings["seeds"], settings["timesteps_budget"]
+    dirs = seed_dirs(Path(settings["run_dir"]), seed_list)
     seeds = [
-        seed_summary(d, s, paper["thresholds"])
-        for d, s in zip(seed_dirs(run_dir, settings["seeds"]), settings["seeds"], strict=True)
+        seed_summary(d, s, paper["thresholds"], budget)
+        for d, s in zip(dirs, seed_list, strict=True)
     ]
-    used = [s["env_steps_used"] for s in seeds]
-    medians, reached = [], []
-    for i in range(len(PERCENTS)):
-        values = [s["threshold_env_steps"][i] for s in seeds]
-        medians.append(median_steps(values))
-        reached.append(sum(v is not None for v in values))
+    steps, reached = medians(seeds, "threshold_env_steps")
     record["seeds"] = seeds
-    record["env_steps_used"] = min(used)  # what every seed got
-    record["median"] = {"threshold_env_steps": medians, "seeds_reached": reached}
-    record["within_paper"] = {
-        f"{p} %": within_paper(medians[i], paper["es_timesteps"][i], used)
-        for i, p in enumerate(PERCENTS[:2])
+    record["env_steps_used"] = max(s["env_steps_used"] for s in seeds)
+    record["median"] = {
+        "threshold_env_steps": steps,
+        "seeds_reached": reached,
+        "threshold_alive_steps": medians(seeds, "threshold_alive_steps")[0],
     }
-    bound = bound_applied(
-        min(used),
-        settings["timesteps_budget"],
-        record["wall_s_used"],
-        wall_budget_s,
-        returncode,
-        stopped_for_wall,
-    )
+    record["within_paper"] = {}
+    for i, percent in enumerate(PERCENTS[:2]):
+        missed = [s["env_steps_used"] for s in seeds if s["threshold_env_steps"][i] is None]
+        record["within_paper"][f"{percent} %"] = within_paper(
+            steps[i], paper["es_timesteps"][i], missed
+        )
+    stops = [s["stopped"] for s in seeds]
+    bound = bound_applied(stops, record["wall_s_used"], wall_budget_s, returncode, stopped_for_wall)
     record["bound"] = {
         "applied": bound,
-        "env_steps_used": min(used),
+        "env_steps_used": record["env_steps_used"],
         "wall_s_used": round(record["wall_s_used"], 1),
         "wall_budget_s": wall_budget_s,
     }
@@ -507,27 +565,28 @@ def jaxes_sitting(env: str, args, record: dict, wall_left: float) -> dict:
     """One sitting of `jaxes train` (resuming the run directory if there is one); adds it to
     the record and returns it."""
     settings = record["settings"]
-    run_dir, seeds, budget = (
-        Path(settings["run_dir"]),
-        settings["seeds"],
-        settings["timesteps_budget"],
-    )
+    run_dir, seeds = Path(settings["run_dir"]), settings["seeds"]
+    budget = settings["timesteps_budget"]
     resume = has_run(run_dir, seeds)
     cmd = jaxes_command(env, args.seeds, budget, run_dir, resume)
     print(
         f"{env}: {'resuming' if resume else 'starting'} {len(seeds)} seeds, budget "
-        f"{budget:.3g} env steps, {wall_left:.0f} s of wall clock left",
+        f"{sci(budget)} env steps, {wall_left:.0f} s of wall clock left",
         flush=True,
     )
     sitting = {"started_utc": utc_now(), "resumed": resume, "command": cmd[1:]}
     sitting["machine"] = machine_info(args.argv, ("jax", "jaxlib", "brax"))
     log = args.runs / f"{env}.log"
     sitting |= run_sitting(cmd, log, wall_left, env, run_dir, seeds)
+    finish_machine_info(sitting["machine"], [])  # warns if src/jaxes changed meanwhile
     if sitting["returncode"] != 0 and not sitting["stopped_for_wall"]:
         sitting["log_tail"] = log_tail(log)
     record["sittings"].append(sitting)
     record["wall_s_used"] += sitting["wall_s"]
     return sitting
+
+
+FINAL_BOUNDS = ("timesteps", "scores reached", "generations")  # more wall time changes nothing
 
 
 def run_jaxes_env(env: str, args, path: Path) -> dict:
@@ -537,11 +596,11 @@ def run_jaxes_env(env: str, args, path: Path) -> dict:
     wall_budget = args.wall_minutes * 60.0
     wall_left = wall_budget - record["wall_s_used"]
     bound = record.get("bound", {}).get("applied")
-    if record["status"] == "done" and (bound != "wall clock" or wall_left < MIN_SITTING_S):
+    if bound in FINAL_BOUNDS or (bound == "wall clock" and wall_left < MIN_SITTING_S):
         print(f"{env}: finished ({bound}), skipped", flush=True)
         return record
     sitting = {"returncode": None, "stopped_for_wall": False, "interrupted": False}
-    if wall_left >= MIN_SITTING_S and record.get("env_steps_used", 0) < budget:
+    if wall_left >= MIN_SITTING_S:
         sitting = jaxes_sitting(env, args, record, wall_left)
     run_dir, seeds = Path(record["settings"]["run_dir"]), record["settings"]["seeds"]
     record["settings"]["jaxes_config"] = jaxes_config(run_dir, seeds)
@@ -571,11 +630,13 @@ def brax_child(spec: dict) -> dict:
 
     quiet_import("brax.envs", "brax.training.agents.es.train")
     from brax import envs
+    from brax.training import distribution
     from brax.training.agents.es import networks as es_networks
     from brax.training.agents.es import train as brax_es
 
     settings = dict(spec["es"])
     shaping = brax_es.FitnessShaping[settings.pop("fitness_shaping")]
+    sampled = settings.pop("sampled_actions")
     start = time.perf_counter()
     curve_file = open(spec["curve"], "a")  # noqa: SIM115 (closed with the process)
 
@@ -600,13 +661,23 @@ def brax_child(spec: dict) -> dict:
         num_eval_envs=spec["eval_episodes"],
         deterministic_eval=True,
         network_factory=functools.partial(
-            es_networks.make_es_networks, hidden_layer_sizes=tuple(spec["hidden_sizes"])
+            brax_networks, tuple(spec["hidden_sizes"]), sampled, es_networks, distribution
         ),
         seed=spec["seed"],
         progress_fn=progress,
         **settings,
     )
     return {"wall_s": round(time.perf_counter() - start, 1)}
+
+
+def brax_networks(hidden, sampled, es_networks, distribution, **kwargs):
+    """Brax's ES networks; without `sampled`, a head of variance scale 0, whose samples are
+    its mode (tanh of the mean): training acts deterministically, as evaluation does."""
+    nets = es_networks.make_es_networks(hidden_layer_sizes=hidden, **kwargs)
+    if sampled:
+        return nets
+    head = distribution.NormalTanhDistribution(event_size=kwargs["action_size"], var_scale=0.0)
+    return nets.replace(parametric_action_distribution=head)
 
 
 def brax_spec(env: str, config: dict, budget: int, variant: str, curve: Path) -> dict:
@@ -635,17 +706,31 @@ def brax_settings_text(spec: dict) -> str:
         f"adam({v['learning_rate']:g}), perturbation_std={v['perturbation_std']:g}, "
         f"l2coeff={v['l2coeff']:g}, "
         f"{v['fitness_shaping']}, normalize_observations={v['normalize_observations']}, "
-        f"hidden {tuple(spec['hidden_sizes'])} + tanh-Gaussian head (sampled actions in "
-        f"training), deterministic eval over {spec['eval_episodes']} episodes, "
+        f"hidden {tuple(spec['hidden_sizes'])} + tanh-Gaussian head ("
+        f"{'sampled' if v['sampled_actions'] else 'mode'} actions in training), "
+        f"deterministic eval over {spec['eval_episodes']} episodes, "
         f"{spec['backend']}, episode {spec['episode_length']}"
     )
+
+
+def compare_brax(record: dict) -> None:
+    """jaxes against the env's Brax ES curve, from the jaxes runs as they are now (a later
+    sitting may have extended them)."""
+    brax = record["brax_es"]
+    curve = [tuple(p) for p in brax["curve"]]
+    # Brax ES counts the steps of live episodes, so jaxes' alive steps are the like for like.
+    alive = [[(p[2], p[1]) for p in s["curve"]] for s in record["seeds"]]
+    simulated = [[(p[0], p[1]) for p in s["curve"]] for s in record["seeds"]]
+    brax["comparison"] = compare_at_equal_steps(alive, curve)
+    brax["comparison_simulated_steps"] = compare_at_equal_steps(simulated, curve)
 
 
 def run_brax_env(record: dict, args, path: Path) -> None:
     """Runs Brax ES on the env of `record` unless it has a finished run; records its curve."""
     env = record["env"]
     old = record.get("brax_es")
-    if old and old.get("status") == "done" and old["spec"]["variant"] == args.brax_es_variant:
+    variant = args.brax_es_variant or BRAX_ES_CHOICE.get(env, "tuned")
+    if old and old.get("status") == "done" and old["spec"]["variant"] == variant:
         print(f"{env}: Brax ES finished ({old['bound']}), skipped", flush=True)
         return
     config = record["settings"].get("jaxes_config")
@@ -654,9 +739,12 @@ def run_brax_env(record: dict, args, path: Path) -> None:
     curve_path = args.runs / f"{env}-brax-es.jsonl"
     curve_path.unlink(missing_ok=True)  # Brax ES cannot resume: a new run, a new curve
     budget = record["settings"]["timesteps_budget"]
-    spec = brax_spec(env, config, budget, args.brax_es_variant, curve_path)
+    spec = brax_spec(env, config, budget, variant, curve_path)
     wall_budget = args.wall_minutes * 60.0
-    print(f"{env}: Brax ES, budget {budget:.3g} env steps or {wall_budget:.0f} s", flush=True)
+    print(
+        f"{env}: Brax ES ({variant}), budget {sci(budget)} env steps or {wall_budget:.0f} s",
+        flush=True,
+    )
     started, machine = utc_now(), machine_info(args.argv, ("jax", "jaxlib", "brax"))
     t0 = time.perf_counter()
     try:
@@ -666,9 +754,9 @@ def run_brax_env(record: dict, args, path: Path) -> None:
     except subprocess.TimeoutExpired:
         bound, failure = "wall clock", None
     seconds = time.perf_counter() - t0
+    finish_machine_info(machine, [])
     points = read_metrics(curve_path)
     curve = [(p["env_steps"], p["eval_return"]) for p in points]
-    jaxes_curves = [[tuple(p) for p in s["curve"]] for s in record["seeds"]]
     record["brax_es"] = {
         "status": "done" if bound else "failed",
         "spec": spec,
@@ -680,7 +768,6 @@ def run_brax_env(record: dict, args, path: Path) -> None:
         "env_steps_used": curve[-1][0] if curve else 0,
         "curve": [[s, round(v, 3)] for s, v in curve],
         "curve_wall_s": [p["wall_s"] for p in points],
-        "comparison": compare_at_equal_steps(jaxes_curves, curve),
     }
     if failure:
         record["brax_es"]["stderr_tail"] = failure
@@ -694,13 +781,18 @@ def run_brax_env(record: dict, args, path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def fmt_steps(x) -> str:
-    return "not reached" if x is None else f"{x:.3g}"
+def sci(x: float) -> str:
+    """3 significant digits, exponents as the paper writes them: 2.08e4, 950."""
+    return f"{x:.3g}".replace("e+0", "e").replace("e+", "e")
+
+
+def fmt_steps(x, missing: str = "not reached") -> str:
+    return missing if x is None else sci(x)
 
 
 def bound_text(record: dict) -> str:
     b = record["bound"]
-    steps, wall = f"{b['env_steps_used']:.3g} env steps", f"{b['wall_s_used']:.0f} s"
+    steps, wall = f"{sci(b['env_steps_used'])} env steps", f"{b['wall_s_used']:.0f} s"
     return f"{b['applied'] or 'unfinished'} ({steps}, {wall})"
 
 
@@ -711,9 +803,10 @@ def yes_no(value: bool | None) -> str:
 def table3_markdown(records: list[dict]) -> str:
     head = [f"{p} %" for p in PERCENTS]
     lines = [
-        "| env | seeds | " + " | ".join(f"jaxes {h}" for h in head) + " | paper ES "
-        "25/50/75/100 % | bound (env steps, wall clock used) | within paper ES 25 % / 50 % |",
-        "|---|---:|" + "---:|" * len(PERCENTS) + "---|---|---|",
+        "| env | seeds | " + " | ".join(f"jaxes {h}" for h in head) + " | jaxes alive steps "
+        "25/50/75/100 % | paper ES 25/50/75/100 % | bound (env steps, wall clock used) | "
+        "within paper ES 25 % / 50 % |",
+        "|---|---:|" + "---:|" * len(PERCENTS) + "---|---|---|---|",
     ]
     for r in records:
         n = len(r["seeds"])
@@ -723,36 +816,43 @@ def table3_markdown(records: list[dict]) -> str:
                 r["median"]["threshold_env_steps"], r["median"]["seeds_reached"], strict=True
             )
         ]
-        paper = " / ".join(f"{x:.3g}" for x in r["paper"]["es_timesteps"])
+        alive = " / ".join(fmt_steps(x, "-") for x in r["median"]["threshold_alive_steps"])
+        paper = " / ".join(sci(x) for x in r["paper"]["es_timesteps"])
         within = " / ".join(yes_no(v) for v in r["within_paper"].values())
         lines.append(
-            f"| {r['env']} | {n} | " + " | ".join(cells) + f" | {paper} | {bound_text(r)} | "
-            f"{within} |"
+            f"| {r['env']} | {n} | " + " | ".join(cells) + f" | {alive} | {paper} | "
+            f"{bound_text(r)} | {within} |"
         )
     return "\n".join(lines)
 
 
+def comparison_cells(c: dict | None) -> str:
+    """Steps, jaxes' median, Brax ES's return and whether jaxes beats it (or dashes)."""
+    if c is None:
+        return "- | - | - | -"
+    return (
+        f"{sci(c['env_steps'])} | {c['jaxes_median_return']:.1f} | {c['brax_es_return']:.1f} | "
+        f"{yes_no(c['jaxes_beats_brax_es'])}"
+    )
+
+
 def brax_markdown(records: list[dict]) -> str:
     lines = [
-        "| env | compared at env steps | jaxes median return | Brax ES return | jaxes beats "
-        "Brax ES | Brax ES bound (env steps, wall clock) | Brax ES best return |",
-        "|---|---:|---:|---:|---|---|---:|",
+        "| env | compared at alive steps | jaxes median return | Brax ES return | jaxes beats "
+        "Brax ES | the same with jaxes' total_env_steps: steps | jaxes | Brax ES | jaxes beats "
+        "| Brax ES bound (env steps, wall clock) | Brax ES best return |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---|---|---:|",
     ]
     for r in records:
         b = r.get("brax_es")
         if not b:
             continue
-        c = b["comparison"]
         best = max((v for _, v in b["curve"]), default=None)
         best_text = "-" if best is None else f"{best:.1f}"
-        used = f"{b['bound']} ({b['env_steps_used']:.3g}, {b['wall_s']:.0f} s)"
-        if c is None:
-            lines.append(f"| {r['env']} | - | - | - | - | {used} | {best_text} |")
-            continue
+        used = f"{b['bound']} ({sci(b['env_steps_used'])}, {b['wall_s']:.0f} s)"
         lines.append(
-            f"| {r['env']} | {c['env_steps']:.3g} | {c['jaxes_median_return']:.1f} | "
-            f"{c['brax_es_return']:.1f} | {yes_no(c['jaxes_beats_brax_es'])} | {used} | "
-            f"{best_text} |"
+            f"| {r['env']} | {comparison_cells(b['comparison'])} | "
+            f"{comparison_cells(b['comparison_simulated_steps'])} | {used} | {best_text} |"
         )
     return "\n".join(lines) if len(lines) > 2 else ""
 
@@ -767,14 +867,24 @@ APPROXIMATE = (
 def report(records: list[dict]) -> str:
     parts = [
         "Env steps jaxes needed to reach TRPO's score at 25/50/75/100 % of its learning "
-        "(Salimans et al. 2017, Table 3): median over seeds (seeds that reached it).",
+        "(Salimans et al. 2017, Table 3): median over seeds (seeds that reached it), in "
+        "`total_env_steps` (every step jaxes' chunked batch simulated); the alive-steps column "
+        "counts only steps inside live episodes, as the paper's timesteps do (- : not reached).",
         "",
         table3_markdown(records),
     ]
     brax = brax_markdown(records)
     if brax:
         settings = {r["brax_es"]["settings"] for r in records if r.get("brax_es")}
-        parts += ["", "Brax ES at equal env steps (one seed):", "", brax, ""]
+        parts += [
+            "",
+            "Brax ES (one seed) against jaxes (median over seeds) at equal env steps: first "
+            "both counted as steps inside live episodes (Brax ES's count; jaxes' alive steps), "
+            "then with jaxes' total_env_steps (every step it simulated) against Brax's count:",
+            "",
+            brax,
+            "",
+        ]
         parts += [f"Brax ES settings: {s}" for s in sorted(settings)]
     return "\n".join(parts + ["", APPROXIMATE])
 
@@ -797,6 +907,7 @@ def docs_section(records: list[dict], args, plot_name: str) -> str:
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     dates = sorted(s["started_utc"] for r in records for s in r["sittings"])
+    measured = sorted({s["machine"]["git"] for r in records for s in r["sittings"]})
     span = f"{dates[0]} to {utc_now()}" if dates else utc_now()
     command = " ".join([".venv/bin/python", "benchmarks/table3.py", *args.argv[1:]])
     return "\n".join(
@@ -805,15 +916,17 @@ def docs_section(records: list[dict], args, plot_name: str) -> str:
             "## Salimans et al. 2017, Table 3, on Brax: `benchmarks/table3.py`",
             "",
             f"Command: `{command}`. Results: `{rel(args.results)}/<env>.json`, commit "
-            f"`{commit or 'unknown'}`, {span}. Machine(s): {machine_line(records)}.",
+            f"`{commit or 'unknown'}` (sittings measured at {', '.join(measured) or '-'}), "
+            f"{span}. Machine(s): {machine_line(records)}.",
             "",
             report(records),
             "",
             f"![eval return vs env steps]({plot_name})",
             "",
-            "Plot: eval return of the centre vs env steps, each jaxes seed a thin line, Brax ES "
-            "dashed, TRPO's four scores as horizontal lines and the paper's ES timesteps for "
-            "them as markers.",
+            "Plot: eval return of the centre vs env steps, each jaxes seed a thin line (in "
+            "`total_env_steps`), Brax ES dashed (in its own count, steps of live episodes, "
+            "which is fewer for the same run), TRPO's four scores as horizontal lines and the "
+            "paper's ES timesteps for them as markers.",
             MARK_END,
         ]
     )
@@ -843,9 +956,8 @@ def plot(records: list[dict], png: Path) -> None:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, r in zip(axes.flat, records, strict=False):
         for s in r["seeds"]:
-            if s["curve"]:
-                x, y = zip(*s["curve"], strict=True)
-                ax.plot(x, y, lw=0.8, color=colors[0], alpha=0.8)
+            if s["curve"]:  # in total_env_steps, the table's count
+                ax.plot(*zip(*[p[:2] for p in s["curve"]], strict=True), lw=0.8, color=colors[0])
         b = r.get("brax_es")
         if b and b["curve"]:
             x, y = zip(*[p for p in b["curve"] if p[0] > 0] or b["curve"], strict=True)
@@ -902,7 +1014,12 @@ def parse_args(argv: list[str]):
         default=list(BRAX_ES_DEFAULT_ENVS),
         help=f"a,b or all (default {','.join(BRAX_ES_DEFAULT_ENVS)}); only those in --envs",
     )
-    parser.add_argument("--brax-es-variant", choices=sorted(BRAX_VARIANTS), default="tuned")
+    parser.add_argument(
+        "--brax-es-variant",
+        choices=sorted(BRAX_VARIANTS),
+        default=None,
+        help="Brax ES settings for every env (default: BRAX_ES_CHOICE, else tuned)",
+    )
     parser.add_argument("--results", type=Path, default=None, help="folder of <env>.json")
     parser.add_argument("--runs", type=Path, default=None, help=f"default {DEFAULT_RUNS}")
     parser.add_argument("--write-docs", action="store_true", help="update docs + the plot")
@@ -945,6 +1062,9 @@ def main(argv: list[str]) -> None:
         record = run_jaxes_env(env, args, path)
         if not args.no_brax_es and env in args.brax_es_envs:
             run_brax_env(record, args, path)
+        if "brax_es" in record:
+            compare_brax(record)
+            write_json(path, record)
         records.append(record)
     print("\n" + report(records))
     print(f"\nresults in {rel(args.results)}; run directories in {args.runs}")

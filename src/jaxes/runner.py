@@ -15,6 +15,7 @@ the one before; one process at a time writes a run (``rundir.lock``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -96,6 +97,7 @@ def block_runner(
     *,
     lanes: int | None = None,
     stoppable: bool = False,
+    evaluate: bool = True,
 ):
     """Jitted ``(train_state, eval_key) -> (train_state, metrics[length], eval_returns)``.
 
@@ -109,7 +111,9 @@ def block_runner(
     arguments per run, ``remaining`` (int32: the budget of ``env_steps``, or of
     ``evaluations`` for a task without env steps) and ``active`` (bool), runs a generation only
     while the run is active and the generations before it in this block spent less than
-    ``remaining``, and also returns which generations ran (``ran[length]``, a prefix).
+    ``remaining``, and also returns which generations ran (``ran[length]``, a prefix). With
+    ``evaluate=False`` there is no evaluation (no eval key, no ``eval_returns``): ``run``
+    compiles that and ``eval_runner`` side by side.
 
     Example (any ``Task`` works; a function task compiles in seconds, a Brax one takes longer):
       >>> import jax, jaxes
@@ -122,14 +126,10 @@ def block_runner(
     """
     step = generation_step(strategy, task) if mesh is None else sharded_step(strategy, task, mesh)
 
-    def evaluate(ts, key):
-        return task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+    def train(ts: TrainState):
+        return jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
 
-    def block(ts: TrainState, key):
-        ts, metrics = jax.lax.scan(lambda c, _: step(c), ts, None, length=length)
-        return ts, metrics, evaluate(ts, key)
-
-    def stoppable_block(ts: TrainState, key, remaining, active):
+    def train_stoppable(ts: TrainState, remaining, active):
         _, like = jax.eval_shape(step, ts)
         cost = _cost_name(like)
 
@@ -143,16 +143,56 @@ def block_runner(
 
         start = (ts, jnp.zeros((), jnp.int32))
         (ts, _), (metrics, ran) = jax.lax.scan(one, start, None, length=length)
-        return ts, metrics, evaluate(ts, key), ran
+        return ts, metrics, ran
 
-    fn = stoppable_block if stoppable else block
+    def block(ts: TrainState, key=None, *stops):
+        outputs = train_stoppable(ts, *stops) if stoppable else train(ts)
+        if not evaluate:
+            return outputs
+        ts, rest = outputs[0], outputs[1:]
+        return (ts, rest[0], _evaluation(task, ts, key), *rest[1:])
+
+    if evaluate:
+        fn = block
+    elif stoppable:
+        fn = train_stoppable
+    else:
+        fn = train
+    return _jit(fn, mesh, lanes, donate=True)
+
+
+def eval_runner(strategy: Strategy, task: Task, mesh=None, *, lanes: int | None = None):
+    """Jitted ``(train_state, eval_key) -> eval_returns``: the noise-free evaluation of the
+    centre (``task.evaluate_policy``), ``vmap``-ed over ``lanes`` runs when given.
+
+    Example:
+      >>> import jax, jaxes
+      >>> from jaxes.tasks.functions import function_task
+      >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+      >>> eval_runner(es, task)(init_state(es, task, seed=0), jax.random.key(1)).tolist()
+      [-2.0]
+    """
+    del strategy  # the centre is read from the state
+
+    def evaluation(ts: TrainState, key):
+        return _evaluation(task, ts, key)
+
+    return _jit(evaluation, mesh, lanes, donate=False)
+
+
+def _evaluation(task: Task, ts: TrainState, key):
+    return task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+
+
+def _jit(fn, mesh, lanes: int | None, donate: bool):
     if lanes is not None:
         fn = jax.vmap(fn)
+    donated = {"donate_argnums": 0} if donate else {}
     if mesh is None:
-        return jax.jit(fn, donate_argnums=0)
+        return jax.jit(fn, **donated)
     # Replicated outputs: every process reads its own copy, and the next block sees the same
     # shardings (no retrace).
-    return jax.jit(fn, out_shardings=replicated(mesh), donate_argnums=0)
+    return jax.jit(fn, out_shardings=replicated(mesh), **donated)
 
 
 def place(state: TrainState, mesh) -> TrainState:
@@ -693,6 +733,7 @@ def _loop(job: _Job, lanes: list[_Lane], state, vmapped: bool) -> None:
     budget, target = job.stops["timesteps"], job.stops["target_return"]
     stoppable = budget is not None or (vmapped and target is not None)
     programs: dict[int, Callable] = {}
+    evaluation: dict = {}  # the evaluation's program, compiled once beside the first block
     progress = Progress(job.loop["generations"], job.stream)
     wall_offset = max((lane.kept[-1]["wall_time_s"] for lane in lanes if lane.kept), default=0.0)
     started = time.perf_counter()
@@ -721,21 +762,15 @@ def _loop(job: _Job, lanes: list[_Lane], state, vmapped: bool) -> None:
                 job.stream.write(f"compiling a block of {length} generations...\n")
                 job.stream.flush()
                 compiling = time.perf_counter()
-                block = block_runner(
-                    job.strategy,
-                    job.task,
-                    length,
-                    job.mesh,
-                    lanes=len(lanes) if vmapped else None,
-                    stoppable=stoppable,
-                )
-                programs[length] = block.lower(*args).compile()
+                programs[length] = _compile_block(job, length, len(lanes) if vmapped else None,
+                                                  stoppable, args, evaluation)  # fmt: skip
                 compile_s += time.perf_counter() - compiling
             block_start = time.perf_counter()
-            outputs = programs[length](*args)
+            outputs = programs[length](*args[:1], *args[2:])
             state = outputs[0]
-            metrics, returns = to_host(outputs[1]), to_host(outputs[2])
-            ran = to_host(outputs[3]) if stoppable else None
+            returns = evaluation["program"].result()(state, args[1])
+            metrics, returns = to_host(outputs[1]), to_host(returns)
+            ran = to_host(outputs[2]) if stoppable else None
             now = time.perf_counter()
             moved = []
             for i, lane in enumerate(lanes):
@@ -760,7 +795,12 @@ def _loop(job: _Job, lanes: list[_Lane], state, vmapped: bool) -> None:
             block_s = max(now - block_start, 1e-9)
             steps = sum(x.get("env_steps", job.size) for _, _, lines in moved for x in lines)
             shown = max(lane.generation for _, lane, _ in moved)
-            eta = block_s / length * (job.loop["generations"] - shown)
+            left = job.loop["generations"] - shown
+            if budget is not None and steps:  # the budget may end the run sooner
+                per_generation = steps / max(1, sum(len(lines) for _, _, lines in moved))
+                spent = min(lane.total_env_steps for _, lane, _ in moved)
+                left = min(left, math.ceil(max(0, budget - spent) / per_generation))
+            eta = block_s / length * left
             progress.update(shown, _progress_line(moved), steps / block_s, eta)
             for i, lane, lines in moved:
                 if not lines:
@@ -775,6 +815,25 @@ def _loop(job: _Job, lanes: list[_Lane], state, vmapped: bool) -> None:
     seconds = round(time.perf_counter() - started, 1)
     for lane in lanes:
         lane.seconds, lane.compile_seconds = seconds, round(compile_s, 1)
+
+
+def _compile_block(job: _Job, length: int, lanes, stoppable: bool, args, evaluation: dict):
+    """The training block of ``length`` generations, compiled; the first call also starts the
+    evaluation's compile in a thread beside it. XLA compiles without the GIL, so on a machine
+    with two cores the evaluation's compile (about 40 % of the first block's on a Brax task,
+    ``benchmarks/compile_profile.py``) hides behind the training block's."""
+    if "program" not in evaluation:
+        lowered = eval_runner(job.strategy, job.task, job.mesh, lanes=lanes).lower(*args[:2])
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxes-compile")
+        evaluation["program"] = pool.submit(lowered.compile)
+        pool.shutdown(wait=False)
+    train = block_runner(
+        job.strategy, job.task, length, job.mesh, lanes=lanes, stoppable=stoppable,
+        evaluate=False,
+    )  # fmt: skip
+    compiled = train.lower(*args[:1], *args[2:]).compile()
+    evaluation["program"].result()  # a compile error surfaces here, before the first block
+    return compiled
 
 
 def _advance(lane: _Lane, lines: list[dict], returns, stops: dict) -> None:

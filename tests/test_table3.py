@@ -1,0 +1,180 @@
+"""benchmarks/table3.py: its helpers (crossings, medians, bounds) and one real quick sweep."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the scripts import `_common` as a sibling
+
+import table3  # noqa: E402
+
+CURVE = [(100, 5.0), (200, 10.0), (300, 7.0), (400, 12.0)]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "expected"),
+    [(-1.0, 100), (10.0, 200), (9.9, 200), (11.0, 400), (12.5, None)],
+)
+def test_first_crossing_is_the_first_evaluation_at_or_above(threshold, expected):
+    assert table3.first_crossing(CURVE, threshold) == expected
+
+
+def test_first_crossing_of_no_evaluations_is_none():
+    assert table3.first_crossing([], 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([100, None, 300], 300),  # one miss of three: the median is still reached
+        ([100, None, None], None),  # two misses of three: not reached
+        ([None, None, None], None),
+        ([300, 100, 200], 200),
+        ([100, 200], 150),
+        ([100, None], None),  # half of an even count missed: the median is infinite
+        ([], None),
+    ],
+)
+def test_median_counts_a_miss_as_infinite(values, expected):
+    assert table3.median_steps(values) == expected
+
+
+def test_seed_stop():
+    assert table3.seed_stop(5_000, 1_000, None) == "timesteps"
+    assert table3.seed_stop(500, 1_000, 400) == "scores reached"
+    assert table3.seed_stop(500, 1_000, None) is None
+
+
+def bound(stops, wall_used=10.0, returncode=0, stopped_for_wall=False):
+    return table3.bound_applied(stops, wall_used, 900.0, returncode, stopped_for_wall)
+
+
+def test_which_bound_applied():
+    assert bound(["timesteps", "timesteps"]) == "timesteps"
+    assert bound(["scores reached", "scores reached"]) == "scores reached"
+    assert bound(["scores reached", "timesteps"]) == "timesteps"
+    assert bound([None, "timesteps"], wall_used=900.5, returncode=130, stopped_for_wall=True) == (
+        "wall clock"
+    )
+    # Too few seconds left for another start-up and compile counts as the wall clock.
+    assert bound([None], wall_used=900.0 - table3.MIN_SITTING_S / 2, returncode=None) == (
+        "wall clock"
+    )
+    assert bound([None, None], returncode=0) == "generations"
+    assert bound([None], returncode=1) is None  # a failed sitting: not finished
+    assert bound([None], returncode=None) is None
+
+
+def test_within_paper():
+    assert table3.within_paper(100, 200.0, []) is True
+    assert table3.within_paper(300, 200.0, [400]) is False
+    assert table3.within_paper(None, 200.0, [250, 300]) is False  # had the steps, missed
+    assert table3.within_paper(None, 200.0, [150, 300]) is None  # one stopped short
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"), [("0-2", [0, 1, 2]), ("0,3,5", [0, 3, 5]), ("4", [4]), ("0-1,7", [0, 1, 7])]
+)
+def test_parse_seeds(text, seeds):
+    assert table3.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", "a", "2-1", "0,0", "1-"])
+def test_parse_seeds_rejects(text):
+    with pytest.raises(ValueError, match="seeds"):
+        table3.parse_seeds(text)
+
+
+def test_alive_steps_are_summed_over_every_generation():
+    lines = [
+        {"generation": 1, "alive_steps": 10, "total_env_steps": 50},
+        {"generation": 2, "alive_steps": 20, "total_env_steps": 100, "eval_return": 3.0},
+        {"generation": 3, "alive_steps": 30, "total_env_steps": 150, "eval_return": None},
+        {"generation": 4, "alive_steps": 40, "total_env_steps": 200, "eval_return": 4.0},
+    ]
+    totals = table3.add_alive_totals(lines)
+    assert [x["total_alive_steps"] for x in totals] == [10, 30, 60, 100]
+    assert table3.eval_curve(totals) == [(100, 3.0), (200, 4.0)]
+    assert table3.eval_curve(totals, "total_alive_steps") == [(30, 3.0), (100, 4.0)]
+
+
+def test_compare_at_the_largest_steps_both_reached():
+    jaxes = [[(100, 1.0), (200, 5.0), (300, 9.0)], [(100, 2.0), (250, 4.0)]]
+    brax = [(0, 0.0), (150, 3.0), (280, 6.0)]
+    result = table3.compare_at_equal_steps(jaxes, brax)
+    assert result["env_steps"] == 250
+    assert result["jaxes_per_seed_return"] == [5.0, 4.0]
+    assert result["jaxes_median_return"] == 4.5
+    assert result["brax_es_return"] == 3.0
+    assert result["jaxes_beats_brax_es"] is True
+    assert table3.compare_at_equal_steps(jaxes, []) is None
+
+
+def test_brax_es_preset_variant_converts_the_l2_term():
+    config = {"sigma": 0.02, "learning_rate": 0.02, "l2_coeff": 0.005}
+    settings = table3.brax_es_settings("preset", config)
+    assert settings["perturbation_std"] == 0.02
+    assert settings["learning_rate"] == 0.02
+    assert settings["l2coeff"] == pytest.approx(2 * 0.02 * 0.005)
+    assert table3.brax_es_settings("tuned", config)["perturbation_std"] == 0.05
+
+
+def test_docs_section_is_replaced_between_the_markers(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept\n")
+    section = f"{table3.MARK_START}\nfirst\n{table3.MARK_END}"
+    table3.write_docs_section(docs, section)
+    assert docs.read_text().endswith(section + "\n")
+    table3.write_docs_section(docs, section.replace("first", "second"))
+    text = docs.read_text()
+    assert "kept" in text and "second" in text and "first" not in text
+    assert text.count(table3.MARK_START) == 1
+
+
+def test_quick_sweep(tmp_path):
+    """The real thing, small: `jaxes train --seeds 0-1 --timesteps 20000` on
+    inverted_pendulum, read back into a result JSON and a table."""
+    runs = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "table3.py"), "--quick"]
+        + ["--results", str(tmp_path), "--runs", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| inverted_pendulum |" in proc.stdout
+    record = json.loads((tmp_path / "inverted_pendulum.json").read_text())
+    budget = table3.QUICK["timesteps"]
+    assert record["status"] == "done"
+    assert record["settings"]["seeds"] == [0, 1]
+    assert record["settings"]["timesteps_budget"] == budget
+    assert record["bound"]["applied"] in ("timesteps", "scores reached")
+    assert record["wall_s_used"] > 0 and len(record["sittings"]) == 1
+    assert record["sittings"][0]["returncode"] == 0
+    assert "brax_es" not in record  # quick mode runs no Brax ES
+    assert [s["seed"] for s in record["seeds"]] == [0, 1]
+    thresholds = record["paper"]["thresholds"]
+    for seed in record["seeds"]:
+        assert (runs / "inverted_pendulum" / f"seed-{seed['seed']}" / "metrics.jsonl").is_file()
+        crossings = seed["threshold_env_steps"]
+        assert len(crossings) == 4
+        assert all(x is None or (isinstance(x, int) and x > 0) for x in crossings)
+        curve = [(s, v) for s, v, _ in seed["curve"]]
+        assert curve, "no evaluation recorded"
+        assert crossings == [table3.first_crossing(curve, t) for t in thresholds]
+        # The run stops after the generation that reaches the budget (or at the last score).
+        assert seed["max_generation_env_steps"] > 0
+        assert seed["env_steps_used"] <= budget + seed["max_generation_env_steps"]
+        if seed["stopped"] == "timesteps":
+            assert seed["env_steps_used"] >= budget
+        assert 0 < seed["alive_steps_used"] <= seed["env_steps_used"]
+    for i, median in enumerate(record["median"]["threshold_env_steps"]):
+        assert median == table3.median_steps([s["threshold_env_steps"][i] for s in record["seeds"]])
+    # The report's plot draws from the same record.
+    table3.plot([record], tmp_path / "table3.png")
+    assert (tmp_path / "table3.png").stat().st_size > 10_000
