@@ -167,3 +167,24 @@ def test_eval_and_render(capsys, tmp_path, tiny_run):
     assert "<html" in page and "Brax visualizer" in page and len(page) > 10_000
     code, _, err = run_main(capsys, "eval", str(run_dir), "--episodes", "0")
     assert code == 2 and "--episodes: expected an int >= 1" in err
+
+
+def test_seeds_from_the_cli_resume_and_point_eval_at_one_seed(capsys, tmp_path):
+    out = str(tmp_path / "seeds")
+    flags = ["--env", "fast", "--population", "8", "--eval-every", "1", "--checkpoint-every", "1"]
+    code, stdout, err = run_main(
+        capsys, "train", *flags, "--seeds", "0-1", "--generations", "2", "--out", out
+    )
+    assert code == 0, err
+    assert "median noise-free eval return" in stdout and "seed 1:" in stdout
+    code, stdout, err = run_main(capsys, "train", "--resume", "--out", out, "--generations", "3")
+    assert code == 0, err
+    for seed in (0, 1):
+        lines = (tmp_path / "seeds" / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(x)["generation"] for x in lines] == [1, 2, 3]
+    summary = json.loads((tmp_path / "seeds" / "summary.json").read_text())
+    assert [r["generations"] for r in summary["runs"]] == [3, 3]
+    code, _, err = run_main(capsys, "train", "--resume", "--out", out, "--seeds", "0-2")
+    assert code == 2 and "holds the runs of seeds [0, 1], not [0, 1, 2]" in err
+    code, _, err = run_main(capsys, "eval", out)
+    assert code == 2 and f"name one of them, e.g. {out}/seed-0" in err

@@ -248,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
 def _train(args) -> int:
     import jax
 
-    from jaxes import parallel, runner, train
+    from jaxes import parallel, train
 
     given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
     if args.config is not None:
@@ -259,10 +259,8 @@ def _train(args) -> int:
     if args.resume:
         if args.out is None:
             return _fail("--resume needs --out RUN_DIR, the run to continue")
-        saved_seeds = os.path.join(args.out, runner.SEEDS)
-        if os.path.isfile(saved_seeds):
-            held = rundir.read_json(saved_seeds)
-            held = held.get("seeds") if isinstance(held, dict) else None
+        held = rundir.seeds_of(args.out)
+        if held is not None:
             if seeds is not None and seeds != held:
                 return _fail(f"--seeds: {args.out} holds the runs of seeds {held}, not {seeds}")
             seeds = held

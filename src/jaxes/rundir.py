@@ -20,6 +20,7 @@ from collections.abc import Iterator
 LOCK = ".lock"
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
+SEEDS = "seeds.json"  # a directory of several seeds' runs (runner.run_seeds), one per seed-S
 
 
 class RunDirError(ValueError):
@@ -52,8 +53,26 @@ def config_of(out: str, argument: str) -> str:
     """
     path = os.path.join(check_out(out), CONFIG)
     if not os.path.isfile(path):
+        seeds = seeds_of(out)
+        if seeds:
+            raise RunDirError(
+                f"{argument}: {out} holds the runs of seeds {seeds}; name one of them, e.g. "
+                f"{os.path.join(out, f'seed-{seeds[0]}')}"
+            )
         raise RunDirError(f"{argument}: {out} holds no run (config.json is missing)")
     return path
+
+
+def seeds_of(out: str) -> list[int] | None:
+    """The seeds whose runs ``out`` holds (its ``seeds.json``), or ``None``."""
+    path = os.path.join(out, SEEDS)
+    if not os.path.isfile(path):
+        return None
+    saved = read_json(path)
+    seeds = saved.get("seeds") if isinstance(saved, dict) else None
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise RunDirError(f"{path}: expected {{\"seeds\": [ints]}}, got {saved!r:.60}")
+    return seeds
 
 
 def entries(out: str) -> list[str]:

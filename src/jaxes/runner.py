@@ -426,6 +426,7 @@ def run(
       4
     """
     out = rundir.check_out(out)
+    seed = check_int("seed", seed, 0, MAX_SEED)
     job = _Job.make(
         strategy, task, generations, eval_every, checkpoint_every, devices, timesteps,
         target_return, progress_fn, stream, plot,
@@ -503,7 +504,7 @@ def run_seeds(
     return summary
 
 
-SEEDS = "seeds.json"
+SEEDS = rundir.SEEDS
 SUMMARY = "summary.json"
 
 
@@ -538,9 +539,8 @@ def check_seeds(seeds) -> list[int]:
 def _open_seeds(out: str, seeds: list[int], resume: bool, primary: bool) -> None:
     """Checks ``out`` can take these seeds' runs and records them in ``seeds.json``."""
     path = os.path.join(out, SEEDS)
-    if os.path.isfile(path):
-        saved = rundir.read_json(path)
-        held = saved.get("seeds") if isinstance(saved, dict) else saved
+    held = rundir.seeds_of(out)
+    if held is not None:
         if held != seeds:
             raise rundir.RunDirError(f"seeds: {out} holds the runs of seeds {held}, not {seeds}")
     elif resume:
