@@ -71,7 +71,7 @@ def seeds_of(out: str) -> list[int] | None:
     saved = read_json(path)
     seeds = saved.get("seeds") if isinstance(saved, dict) else None
     if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise RunDirError(f"{path}: expected {{\"seeds\": [ints]}}, got {saved!r:.60}")
+        raise RunDirError(f'{path}: expected {{"seeds": [ints]}}, got {saved!r:.60}')
     return seeds
 
 
