@@ -2,8 +2,14 @@
 
 import os
 
+# Four virtual devices share the machine's cores; under load (a 2-core machine running other
+# work) one device's thread can reach an all-reduce long after the others, and XLA's CPU
+# runtime aborts the process after 40 s of waiting by default. The tests and the examples
+# they start (which inherit XLA_FLAGS) wait up to 10 minutes instead.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_force_host_platform_device_count=4"
+    + " --xla_cpu_collective_call_terminate_timeout_seconds=600"
 ).strip()
 
 import jax  # noqa: E402

@@ -42,14 +42,14 @@ NUMBER = r"(-?[\d.]+|nan|-?inf)"
 
 
 def test_quickstart_shrinks_the_sphere():
-    out = run_example("quickstart.py", timeout=600)
+    out = run_example("quickstart.py", timeout=120)
     m = search(rf"fitness {NUMBER} -> {NUMBER} after 100 generations", out)
     start, final = float(m[1]), float(m[2])
     assert start < -50 and abs(final) < 0.01 * abs(start), out
 
 
 def test_pmap_loop_splits_over_devices_and_keeps_replicas_identical():
-    out = run_example("pmap_loop.py", timeout=600)
+    out = run_example("pmap_loop.py", timeout=120)
     m = search(
         rf"(\d+) devices, P=(\d+): fitness {NUMBER} -> {NUMBER}; replicas identical: True", out
     )
@@ -59,7 +59,7 @@ def test_pmap_loop_splits_over_devices_and_keeps_replicas_identical():
 
 
 def test_shard_map_loop_passes_the_vma_check_and_equals_one_device():
-    out = run_example("shard_map_loop.py", timeout=600)
+    out = run_example("shard_map_loop.py", timeout=120)
     m = search(
         rf"(\d+) devices, P=(\d+): centre's fitness {NUMBER} -> {NUMBER} .*"
         rf"1 device's params: max diff {NUMBER}",
@@ -78,7 +78,7 @@ def test_shard_map_loop_passes_the_vma_check_and_equals_one_device():
     ],
 )
 def test_custom_fitness_fits_the_data(strategy):
-    out = run_example("custom_fitness.py", "--strategy", strategy, timeout=600)
+    out = run_example("custom_fitness.py", "--strategy", strategy, timeout=120)
     m = search(rf"final loss {NUMBER} \(start {NUMBER}\)", out)
     final, start = float(m[1]), float(m[2])
     # The data's own noise has variance 0.0025; sin(2x) itself about 0.4.
