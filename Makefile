@@ -16,7 +16,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[plot,dev]'
+	$(BIN)/pip install --quiet -e '.[plot,dev,digits]'
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed

@@ -55,7 +55,16 @@ def _is_int(value) -> bool:
 
 
 # Settings a strategy factory may take; each is passed only to the factories that have it.
-STRATEGY_SETTINGS = ("sigma", "learning_rate", "l2_coeff", "fitness_shaping", "noise")
+STRATEGY_SETTINGS = (
+    "sigma",
+    "learning_rate",
+    "l2_coeff",
+    "fitness_shaping",
+    "noise",
+    "noise_rank",
+)
+# Settings added after runs were first written: a config.json without one means its default.
+ADDED_LATER = ("noise_rank",)
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -114,6 +123,7 @@ class TrainConfig:
     l2_coeff: float | None = None
     fitness_shaping: str | None = None
     noise: str = "table"
+    noise_rank: int = 1
     generations: int | None = None
     seed: int = 0
     policy: str | None = None
@@ -141,6 +151,7 @@ class TrainConfig:
             "episodes_per_member",
             "eval_episodes",
             "action_repeat",
+            "noise_rank",
         ):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -226,7 +237,7 @@ class TrainConfig:
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise ConfigError(f"{source}: unknown settings {unknown}; allowed: {names}")
-        missing = [n for n in names if n not in data]
+        missing = [n for n in names if n not in data and n not in ADDED_LATER]
         if missing:
             raise ConfigError(f"{source}: missing settings {missing}")
         try:

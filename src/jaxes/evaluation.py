@@ -47,9 +47,13 @@ def map_members(
     count: int | None = None,
     chunk: int | None = None,
     first_is_even: bool | None = None,
+    build: Callable[[Any, Any], Any] | None = None,
 ):
     """``batch_fn`` over members ``first .. first + count - 1`` of the population the last
     ``ask`` drew, a chunk of members at a time.
+
+    ``build(state, i)`` makes what ``batch_fn`` gets for member ``i`` (default: the member,
+    ``strategy.member``; ``strategy.perturbation`` gives its displacement instead).
 
     ``batch_fn(members)`` gets a pytree of members with a leading axis (the chunk) and returns
     any pytree; the results come back stacked with a leading axis of chunks, ``(n, ...)``.
@@ -61,13 +65,14 @@ def map_members(
     chunk = chunk_size(strategy, state, count, chunk)
     if first_is_even is None:
         first_is_even = isinstance(first, int) and first % 2 == 0
-    paired = strategy.members is not None and first_is_even and chunk % 2 == 0
+    paired = build is None and strategy.members is not None and first_is_even and chunk % 2 == 0
+    build = strategy.member if build is None else build
 
     def run(start):
         if paired:
             return batch_fn(strategy.members(state, start, chunk))
         idx = start + jnp.arange(chunk, dtype=jnp.int32)
-        return batch_fn(jax.vmap(lambda i: strategy.member(state, i))(idx))
+        return batch_fn(jax.vmap(lambda i: build(state, i))(idx))
 
     starts = first + jnp.arange(0, count, chunk, dtype=jnp.int32)
     if starts.shape[0] == 1:

@@ -19,6 +19,8 @@ Two sources of ``ε``:
     window per block of ``size // 2`` coordinates, so a model of any size reads its noise
     instead of drawing it (Salimans et al.'s shared table).
   * ``gaussian()``: fresh N(0, I) draws (threefry) for every perturbation.
+  * ``jaxes.lowrank.lowrank(r)``: rank-``r`` products ``A Bᵀ/√r`` for matrices, kept as
+    factors where it pays (``factors``/``combine``, ``Perturbations.displacement``).
 
 Memory: a ``Perturbations`` recipe carries a ``memory_budget`` in bytes. ``eval_chunk`` and
 ``tell_chunk`` are how many members (bases) fit in it, so evaluation and the rebuild in
@@ -63,11 +65,22 @@ class NoiseSource(NamedTuple):
       sample: ``sample(noise_state, key, params) -> eps``, one float32 pytree shaped like
         ``params`` with N(0, 1) entries; ``key`` is a threefry key.
       name: a short label for logs.
+      gaussian: whether ``ε`` is N(0, I) (approximately, for the table), so that strategy
+        terms derived for Gaussian samples (σ and covariance updates) hold for it.
+      factors: ``factors(noise_state, key, params)``, for a source that keeps ``ε`` in a
+        cheaper form: a pytree like ``params`` whose leaves are arrays or factored
+        stand-ins (``jaxes.lowrank.LowRank``) that ``sample`` multiplies out; ``None``.
+      combine: with ``factors``, ``combine(coeffs, stacked) -> [Σ_b coeffs[k, b] ε_b]``
+        for one leaf's factors stacked over bases (``coeffs`` is ``(K, batch)``), so that
+        ``tell`` sums the population without multiplying it out.
     """
 
     init: Callable[[PRNGKey, Params], NoiseState]
     sample: Callable[[NoiseState, PRNGKey, Params], Params]
     name: str
+    gaussian: bool = True
+    factors: Callable[[NoiseState, PRNGKey, Params], Params] | None = None
+    combine: Callable[[jax.Array, Any], list] | None = None
 
 
 class Table(NamedTuple):
@@ -285,9 +298,24 @@ class Perturbations:
             return min(batch, _FUSED_MAX_BATCH)
         return batch
 
+    @staticmethod
+    def _key_of(key, j):
+        """The key base ``j`` is drawn from."""
+        return jax.random.fold_in(noise_key(key), j)
+
     def base(self, noise_state, key, j, like: Params) -> Params:
         """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
-        return self.source.sample(noise_state, jax.random.fold_in(noise_key(key), j), like)
+        return self.source.sample(noise_state, self._key_of(key, j), like)
+
+    def _factor_chunk(self, noise_state, key, params) -> int:
+        """Bases whose factors ``moments`` holds at once, under the memory budget."""
+        if self.batch_size is not None:
+            return min(self.batch_size, self.num_base)
+        shapes = jax.eval_shape(
+            lambda: self.source.factors(noise_state, self._key_of(key, 0), params)
+        )
+        per_base = sum(math.prod(x.shape) * 4 for x in jax.tree.leaves(shapes))
+        return min(self._fit("perturbation", per_base), self.num_base)
 
     def _members_of_base(self, noise_state, key, j, params, sigma, dtypes) -> Params:
         """The members built from ``ε_j``: leading axis 2 (antithetic) or 1.
@@ -305,6 +333,40 @@ class Perturbations:
         j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
         group = self._members_of_base(noise_state, key, j, params, sigma, dtypes)
         return jax.tree.map(lambda g: g[slot], group)
+
+    def displacement(self, noise_state, key, i, params: Params, sigma) -> Params:
+        """Member ``i``'s displacement ``s_i σ ε_{j(i)}`` (float32), with the source's factored
+        leaves kept factored (``sigma`` and the sign folded into their first factor, so a
+        factored leaf needs one σ for the whole leaf). For a source without factors it is the
+        dense ``s_i σ ε``."""
+        j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
+        sign = jnp.where(slot == 0, 1.0, -1.0).astype(jnp.float32)
+        jkey = self._key_of(key, j)
+        if self.source.factors is None:
+            eps = self.source.sample(noise_state, jkey, params)
+        else:
+            eps = self.source.factors(noise_state, jkey, params)
+        treedef = jax.tree.structure(params)
+        sig = treedef.flatten_up_to(broadcast_like(sigma, params))
+        out = []
+        for path_leaf, s, e in zip(
+            jax.tree_util.tree_leaves_with_path(params),
+            sig,
+            treedef.flatten_up_to(eps),
+            strict=True,
+        ):
+            scale = sign * jnp.asarray(s, jnp.float32)
+            if isinstance(e, jax.Array):
+                out.append(scale * e)
+                continue
+            if jnp.ndim(scale) != 0:
+                raise ValueError(
+                    f"sigma: a factored displacement needs one σ per leaf, but leaf "
+                    f"{jax.tree_util.keystr(path_leaf[0])} has a σ per coordinate (pgpe, "
+                    "snes); build members with member() instead"
+                )
+            out.append(e._replace(a=scale * e.a))
+        return treedef.unflatten(out)
 
     def members(
         self, noise_state, key, first, count: int, params: Params, sigma, dtypes=None
@@ -369,7 +431,13 @@ class Perturbations:
         rounded = [is_rounded(t.dtype) for t in jax.tree.leaves(dtypes)]
         out_dtypes = [t.dtype for t in jax.tree.leaves(dtypes)]
         n = self.num_base
-        batch = self.tell_chunk(params, dtypes, square_coeffs is not None)
+        # Factors are summed as they are (one contraction per leaf) where nothing needs the
+        # dense ε: no squares, and no rounded member whose realised displacement counts.
+        factored = self.source.combine is not None and square_coeffs is None and not any(rounded)
+        if factored:
+            batch = self._factor_chunk(noise_state, key, params)
+        else:
+            batch = self.tell_chunk(params, dtypes, square_coeffs is not None)
         n_chunks = -(-n // batch)
         padded = n_chunks * batch
 
@@ -397,6 +465,13 @@ class Perturbations:
                 return None if c is None else jax.lax.dynamic_slice_in_dim(c, start, batch, 1)
 
             cp, cm, cf = ([take(c) for c in cs] for cs in (plus, minus, folded))
+            if factored:
+                stacked = jax.vmap(
+                    lambda j: treedef.flatten_up_to(
+                        self.source.factors(noise_state, self._key_of(key, j), params)
+                    )
+                )(start + jnp.arange(batch))
+                return [[self.source.combine(cf[0], f)] for f in stacked]
             if batch > _FUSED_MAX_BATCH:
                 idx = start + jnp.arange(batch)
                 eps = jax.vmap(

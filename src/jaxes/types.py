@@ -63,6 +63,10 @@ class Strategy(NamedTuple):
       members: ``members(state, first, count) -> population``, ``count`` consecutive members
         from an even ``first`` (it may be traced), bit-identical to ``member`` but building
         an antithetic pair from one read of its noise (``None``: ``vmap`` over ``member``).
+      perturbation: ``perturbation(state, i) -> delta_i``, member ``i``'s displacement
+        ``member - θ`` (float32), with factored leaves (``jaxes.lowrank.LowRank``) kept
+        factored for a source that has them; ``jaxes.factored`` evaluates members from it
+        without building them (``None``: not offered).
       traits: a ``StrategyTraits`` (``None`` for a strategy built by hand).
     """
 
@@ -75,6 +79,7 @@ class Strategy(NamedTuple):
     best_params: Callable[[State], Params] | None = None
     eval_chunk: Callable[[State, int], int] | None = None
     members: Callable[[State, Any, int], Population] | None = None
+    perturbation: Callable[[State, Any], Params] | None = None
     traits: StrategyTraits | None = None
 
 

@@ -88,6 +88,7 @@ def ars(
     sigma_floor=common.DEFAULT_SIGMA_FLOOR,
     noise: str = "table",
     noise_table_size: int = 2**24,
+    noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -102,8 +103,8 @@ def ars(
       top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
         (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
       optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
-      sigma_floor, noise, noise_table_size, noise_batch_size, memory_budget, track_best: as
-        for ``open_es``.
+      sigma_floor, noise, noise_table_size, noise_rank, noise_batch_size, memory_budget,
+        track_best: as for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -122,7 +123,13 @@ def ars(
         optimizer, lambda: optax.sgd(common.check_positive("learning_rate", learning_rate))
     )
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, True, noise_batch_size, memory_budget
+        noise,
+        noise_table_size,
+        p,
+        True,
+        noise_batch_size,
+        memory_budget,
+        noise_rank,
     )
 
     def init(key: jax.Array, params: Params) -> ARSState:

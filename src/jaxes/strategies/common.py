@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import centroid, trees
+from jaxes import centroid, lowrank, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int, check_positive
+from jaxes.checks import check_int, check_positive, is_traced
 from jaxes.types import Strategy, StrategyTraits
 
 Schedule = Callable[[jax.Array], jax.Array]
@@ -71,12 +71,17 @@ def check_fixed_sigma(sigma, strategy: str) -> None:
         )
 
 
+def is_zero(value) -> bool:
+    """Whether a setting is a concrete 0 (a traced value might not be, so it is not)."""
+    return value is not None and not is_traced(value) and value == 0
+
+
 def check_batch_size(batch_size) -> int | None:
     """``None`` or an int >= 1."""
     return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
 
 
-NOISE_SOURCES = ("table", "gaussian")
+NOISE_SOURCES = ("table", "gaussian", "lowrank")
 
 
 def make_perturbations(
@@ -86,14 +91,27 @@ def make_perturbations(
     antithetic: bool,
     batch_size,
     memory_budget=None,
+    noise_rank: int = 1,
+    gaussian_term: str | None = None,
 ) -> noise_lib.Perturbations:
-    """Builds the static perturbation recipe from a strategy's settings."""
+    """Builds the static perturbation recipe from a strategy's settings.
+
+    ``gaussian_term`` names the strategy's term that holds only for Gaussian ``ε`` (a σ or
+    covariance update), if it has one switched on: a non-Gaussian source is then refused.
+    """
     if noise == "table":
         source = noise_lib.noise_table(noise_table_size)
     elif noise == "gaussian":
         source = noise_lib.gaussian()
+    elif noise == "lowrank":
+        source = lowrank.lowrank(noise_rank)
     else:
         raise ValueError(f"noise: unknown source {noise!r}; allowed: {list(NOISE_SOURCES)}")
+    if gaussian_term is not None and not source.gaussian:
+        raise ValueError(
+            f"noise: {noise!r} perturbations are not Gaussian, and {gaussian_term} is derived "
+            "for Gaussian ones; use noise='gaussian' or 'table'"
+        )
     return noise_lib.Perturbations(
         source=source,
         population_size=population_size,
@@ -527,6 +545,21 @@ def make_strategy(
             state.noise_state, state.key, first, count, state.params, scale_of(state), state.dtypes
         )
 
+    def perturbation(state, i):
+        check_state(state, state_type, strategy, p)
+        if any(trees.is_rounded(t.dtype) for t in jax.tree.leaves(state.dtypes)):
+            raise ValueError(
+                "perturbation: members of params narrower than float32 are rounded, so their "
+                "displacement is not σε; build them with member() instead"
+            )
+        i = check_member_index(i, p)
+        valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(jnp.float32)
+        delta = perturbations.displacement(
+            state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale_of(state)
+        )
+        # An index outside [0, P) (traced) gives NaN, as member() does.
+        return jax.tree.map(lambda x: x * valid, delta)
+
     def best(state):
         return best_params(perturbations, state)
 
@@ -543,6 +576,7 @@ def make_strategy(
         best_params=best,
         eval_chunk=eval_chunk,
         members=members,
+        perturbation=perturbation,
         traits=StrategyTraits(strategy, perturbations.antithetic, rank_based),
     )
 

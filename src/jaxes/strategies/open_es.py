@@ -59,6 +59,7 @@ def open_es(
     fitness_shaping="centered_rank",
     noise: str = "table",
     noise_table_size: int = 2**24,
+    noise_rank: int = 1,
     sigma_floor=common.DEFAULT_SIGMA_FLOOR,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -82,9 +83,12 @@ def open_es(
       l2_coeff: L2 penalty coefficient (>= 0) on θ.
       antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a callable.
-      noise: ``"table"`` (windows of a shared table, the default: fast) or ``"gaussian"``
-        (fresh draws from keys).
+      noise: ``"table"`` (windows of a shared table, the default: fast), ``"gaussian"``
+        (fresh draws from keys) or ``"lowrank"`` (rank-``noise_rank`` products for every
+        leaf with two or more axes, ``jaxes.lowrank``).
       noise_table_size: floats in the table when ``noise="table"``.
+      noise_rank: the rank of ``noise="lowrank"`` perturbations (>= 1; clamped per leaf to
+        ``min(m, n)``).
       sigma_floor: σ never goes below it (> 0), whatever a schedule returns.
       noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as many as fit in
         ``memory_budget``).
@@ -117,7 +121,13 @@ def open_es(
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, antithetic, noise_batch_size, memory_budget
+        noise,
+        noise_table_size,
+        p,
+        antithetic,
+        noise_batch_size,
+        memory_budget,
+        noise_rank,
     )
 
     def init(key: jax.Array, params: Params) -> OpenESState:

@@ -66,6 +66,7 @@ def pgpe(
     fitness_shaping="centered_rank",
     noise: str = "table",
     noise_table_size: int = 2**24,
+    noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -85,8 +86,8 @@ def pgpe(
       momentum: ClipUp's momentum in ``[0, 1)``.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
         callable.
-      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
-        ``open_es``.
+      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+        as for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -99,6 +100,7 @@ def pgpe(
     """
     p = common.check_population_size(population_size, antithetic=True)
     sigma_lr = common.check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
+    adapts_sigma = not common.is_zero(sigma_lr)
     max_change = common.check_positive("sigma_max_change", sigma_max_change)
     check_below("sigma_max_change", max_change, 1.0, "(0, 1)")
     common.check_fixed_sigma(sigma, "pgpe")
@@ -113,7 +115,18 @@ def pgpe(
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, True, noise_batch_size, memory_budget
+        noise,
+        noise_table_size,
+        p,
+        True,
+        noise_batch_size,
+        memory_budget,
+        noise_rank,
+        gaussian_term=(
+            "pgpe's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+            if adapts_sigma
+            else None
+        ),
     )
 
     def init(key: jax.Array, params: Params) -> PGPEState:
@@ -128,7 +141,9 @@ def pgpe(
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(perturbations, state, mass, state.sigma, squares=True)
+        moments = common.population_moments(
+            perturbations, state, mass, state.sigma, squares=adapts_sigma
+        )
         mean_mass = moments.total_mass / p
         direction = jax.tree.map(
             lambda com, c: mean_mass * (com - c),
@@ -147,7 +162,11 @@ def pgpe(
             stats.moments,
             state.sigma,
             state.sigma,
-            sigma=sigma_update(stats.moments, state.sigma, sigma_lr, max_change),
+            sigma=(
+                sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
+                if adapts_sigma
+                else state.sigma
+            ),
             opt_state=opt_state,
         )
 

@@ -104,6 +104,7 @@ def sep_cma_es(
     sigma_floor=common.DEFAULT_SIGMA_FLOOR,
     noise: str = "table",
     noise_table_size: int = 2**24,
+    noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -118,8 +119,8 @@ def sep_cma_es(
       elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
       learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
       sigma_floor: σ never goes below it (> 0).
-      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
-        ``open_es``.
+      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+        as for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -138,7 +139,14 @@ def sep_cma_es(
     c_m = common.check_positive("learning_rate", learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, False, noise_batch_size, memory_budget
+        noise,
+        noise_table_size,
+        p,
+        False,
+        noise_batch_size,
+        memory_budget,
+        noise_rank,
+        gaussian_term="sep_cma_es's covariance and step-size adaptation",
     )
 
     def scale(state: SepCMAState) -> Params:

@@ -72,6 +72,7 @@ def snes(
     fitness_shaping="log_rank",
     noise: str = "table",
     noise_table_size: int = 2**24,
+    noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -83,12 +84,13 @@ def snes(
         members by default, so any ``P`` works. The paper's default is ``4 + ⌊3 ln d⌋``.
       sigma: initial σ, a number > 0 or a pytree like the params.
       learning_rate: ``η_μ`` (> 0).
-      sigma_learning_rate: ``η_σ`` (> 0); ``None`` uses ``(3 + ln d)/(5 √d)``.
+      sigma_learning_rate: ``η_σ`` (>= 0; 0 keeps σ fixed); ``None`` uses
+        ``(3 + ln d)/(5 √d)``.
       antithetic: sample ``(+z, -z)`` pairs (off in the paper).
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
         callable (utilities are centred, so only their differences matter).
-      noise, noise_table_size, noise_batch_size, memory_budget, track_best: as for
-        ``open_es``.
+      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+        as for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -102,12 +104,24 @@ def snes(
     p = common.check_population_size(population_size, antithetic)
     eta_mu = common.check_positive("learning_rate", learning_rate)
     if sigma_learning_rate is not None:
-        common.check_positive("sigma_learning_rate", sigma_learning_rate)
+        common.check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
+    adapts_sigma = not common.is_zero(sigma_learning_rate)
     common.check_fixed_sigma(sigma, "snes")
     common.check_sigma(sigma)
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
     perturbations = common.make_perturbations(
-        noise, noise_table_size, p, antithetic, noise_batch_size, memory_budget
+        noise,
+        noise_table_size,
+        p,
+        antithetic,
+        noise_batch_size,
+        memory_budget,
+        noise_rank,
+        gaussian_term=(
+            "snes's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+            if adapts_sigma
+            else None
+        ),
     )
 
     def eta_sigma(params) -> float:
@@ -127,7 +141,9 @@ def snes(
         fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(perturbations, state, mass, state.sigma, squares=True)
+        moments = common.population_moments(
+            perturbations, state, mass, state.sigma, squares=adapts_sigma
+        )
         direction = jax.tree.map(
             lambda com, c: moments.total_mass * (com - c),
             centroid.centre_of_mass(moments),
@@ -144,7 +160,11 @@ def snes(
             stats.moments,
             state.sigma,
             state.sigma,
-            sigma=sigma_update(stats.moments, state.sigma, eta_sigma(state.params)),
+            sigma=(
+                sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
+                if adapts_sigma
+                else state.sigma
+            ),
         )
 
     return common.make_strategy(

@@ -1,0 +1,239 @@
+"""Low-rank perturbations: their moments, the factored tell and the factored forward pass
+against the materialised ones, the device split, and bad input."""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from test_parallel import max_diff, one_device, shard_mapped
+from test_unbiased import OBJECTIVES, SIGMA, THETA, P, within_standard_errors
+
+import jaxes
+from jaxes import factored, lowrank
+from jaxes.cli import main
+from jaxes.lowrank import LowRank
+from jaxes.noise import Perturbations
+from jaxes.tasks.functions import function_task
+
+# Several matrices, biases and a 3-D leaf (a batch of two 3 x 4 matrices).
+LIKE = {
+    "dense": {"kernel": jnp.zeros((6, 5)), "bias": jnp.zeros(5)},
+    "out": {"kernel": jnp.zeros((5, 3)), "bias": jnp.zeros(3)},
+    "stack": jnp.zeros((2, 3, 4)),
+}
+
+
+def test_second_moments_are_the_identity():
+    # E[vec(ε) vec(ε)ᵀ] = I for ε = A Bᵀ/√r, entry by entry within 5 standard errors.
+    src = lowrank.lowrank(2)
+    like = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(2), "t": jnp.zeros((2, 2, 3))}
+    draws = 40_000
+
+    @jax.jit
+    def second_moments(keys):
+        eps = jax.vmap(lambda k: ravel_pytree(src.sample(None, k, like))[0])(keys)
+        outer = eps[:, :, None] * eps[:, None, :]
+        return outer.mean(0), outer.std(0) / np.sqrt(draws), eps[:, -12:]  # "w" sorts last
+
+    mean, stderr, w = second_moments(jax.random.split(jax.random.key(0), draws))
+    mean, stderr = np.asarray(mean), np.asarray(stderr)
+    assert mean.shape == (26, 26)
+    assert np.max(stderr) < 0.06  # tight enough that a wrong scale (e.g. no 1/√r) fails
+    assert np.all(np.abs(mean - np.eye(26)) <= 5 * stderr)
+    # ... and the 3 x 4 leaf really has rank 2, not full rank.
+    ranks = np.linalg.matrix_rank(np.asarray(w[:50]).reshape(50, 3, 4))
+    assert set(ranks.tolist()) == {2}
+
+
+def test_rank_is_clamped_per_leaf_and_must_be_positive():
+    f = lowrank.lowrank(4).factors(None, jax.random.key(0), {"w": jnp.zeros((2, 5))})
+    assert f["w"].a.shape == (2, 2) and f["w"].b.shape == (5, 2)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=r"^noise_rank: expected an int >= 1"):
+            jaxes.open_es(8, noise="lowrank", noise_rank=bad)
+
+
+@pytest.mark.parametrize("name", ["linear", "quadratic"])
+def test_low_rank_estimator_is_unbiased(name):
+    # θ as a 2 x 2 matrix, so every perturbation is a rank-1 product (not Gaussian).
+    f, truth = OBJECTIVES[name]
+    es = jaxes.open_es(P, SIGMA, fitness_shaping="raw", noise="lowrank", noise_rank=1)
+    state = es.init(jax.random.key(0), THETA.reshape(2, 2))
+
+    @jax.jit
+    def estimates(keys):
+        def one(key):
+            population, s = es.ask(key, state)
+            direction, _ = es.estimate(s, jax.vmap(lambda x: f(x.reshape(-1)))(population))
+            return direction.reshape(-1)
+
+        return jax.vmap(one)(keys)
+
+    within_standard_errors(estimates(jax.random.split(jax.random.key(1), 4000)), truth)
+
+
+ES = jaxes.open_es(8, 0.1, noise="lowrank", noise_rank=2)
+
+
+def drawn_state(strategy=ES, params=LIKE, seed=0):
+    params = jax.tree.map(
+        lambda x: jax.random.normal(jax.random.key(seed), x.shape, x.dtype), params
+    )
+    state = strategy.init(jax.random.key(seed), params)
+    return strategy.ask(jax.random.key(seed + 1), state)
+
+
+def test_members_are_rebuilt_bit_identically_and_displacements_match():
+    population, state = drawn_state()
+    alone = jax.vmap(lambda i: ES.member(state, i))(jnp.arange(8))
+    assert all(
+        bool(jnp.array_equal(a, b))
+        for a, b in zip(jax.tree.leaves(population), jax.tree.leaves(alone), strict=True)
+    )
+    deltas = jax.vmap(lambda i: factored.member(state.params, ES.perturbation(state, i)))(
+        jnp.arange(8)
+    )
+    assert max_diff(deltas, population) < 1e-6
+    delta = ES.perturbation(state, 3)
+    assert isinstance(delta["stack"], LowRank) and delta["stack"].a.shape == (2, 3, 2)
+    assert isinstance(delta["dense"]["bias"], jax.Array)
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+@pytest.mark.parametrize("budget", [None, 700])  # 700 bytes: several chunks and padding
+def test_tell_sums_factors_as_the_materialised_noise_does(antithetic, budget):
+    src = lowrank.lowrank(2)
+    kw = dict(population_size=10, antithetic=antithetic, memory_budget=budget)
+    factored_sums = Perturbations(src, **kw)
+    dense_sums = Perturbations(src._replace(factors=None, combine=None), **kw)
+    chunk = factored_sums._factor_chunk(None, jax.random.key(0), LIKE)
+    assert chunk == factored_sums.num_base if budget is None else chunk < factored_sums.num_base
+    coeffs = jax.random.normal(jax.random.key(2), (2, 10))
+    sigma = jax.tree.map(lambda x: jnp.full(x.shape, 0.3), LIKE)  # σ per coordinate, too
+    sigma["stack"] = jnp.full((2, 3, 4), 0.1)
+    args = (None, jax.random.key(1), LIKE, sigma, coeffs)
+    got, _ = factored_sums.moments(*args)
+    want, _ = dense_sums.moments(*args)
+    assert max_diff(got, want) < 1e-5
+    assert max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(want)) > 0.1
+
+
+def test_factored_tell_holds_no_member_matrix():
+    # memory_analysis is deterministic: the factored tell of a 512 x 512 matrix with 32
+    # bases needs less scratch than two such matrices (a stack of them would be 32).
+    es = jaxes.open_es(64, 0.1, noise="lowrank", noise_rank=1, track_best=False)
+    params = jnp.zeros((512, 512))
+    state = es.init(jax.random.key(0), params)
+    _, state = es.ask(jax.random.key(1), state)
+    compiled = jax.jit(es.tell).lower(state, jnp.arange(64.0)).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < 2 * 512 * 512 * 4
+
+
+class Model(nn.Module):
+    """Two dense layers, biases, and a 3-D kernel read by an einsum (no nn.Dense)."""
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(5, name="dense")(x))
+        stack = self.param("stack", nn.initializers.normal(0.5), (2, 3, 4))
+        extra = jnp.einsum("i,kij->j", h[..., :3].mean(0), stack).sum()
+        return nn.Dense(3, name="out")(h) + extra
+
+
+def test_flax_apply_and_evaluate_equal_the_materialised_members():
+    model = Model()
+    x = jax.random.normal(jax.random.key(5), (7, 6))
+    params = model.init(jax.random.key(0), x)["params"]
+    assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, LIKE)
+    state = ES.init(jax.random.key(0), params)
+    _, state = ES.ask(jax.random.key(1), state)
+
+    def fitness(p):
+        return -jnp.sum(model.apply({"params": p}, x) ** 2)
+
+    def factored_fitness(centre, delta):
+        return -jnp.sum(factored.apply(model, centre, delta, x) ** 2)
+
+    want = jax.jit(lambda s: jaxes.evaluate(ES, s, fitness))(state)
+    got = jax.jit(lambda s: factored.evaluate(ES, s, factored_fitness))(state)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert float(jnp.std(want)) > 1e-3  # the members differ
+    # matmul, the hand-written route, agrees too.
+    delta = ES.perturbation(state, 5)
+    np.testing.assert_allclose(
+        factored.matmul(x, params["dense"]["kernel"], delta["dense"]["kernel"]),
+        x @ (params["dense"]["kernel"] + delta["dense"]["kernel"].dense()),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_classical_estimator_check_passes_with_low_rank_noise():
+    params = jax.tree.map(lambda x: x + 0.5, LIKE)
+    es = jaxes.open_es(16, 0.1, noise="lowrank", noise_rank=2)
+    jaxes.testing.assert_update_matches_classical(
+        es, params, lambda p: -sum(jnp.sum(x**2) for x in jax.tree.leaves(p)), jax.random.key(3)
+    )
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        jaxes.open_es(16, 0.05, learning_rate=0.05, noise="lowrank", noise_rank=2),
+        jaxes.pgpe(16, 0.05, sigma_learning_rate=0, noise="lowrank"),
+    ],
+    ids=["open_es", "pgpe"],
+)
+def test_device_split_gives_the_one_device_params(strategy):
+    base = function_task("rosenbrock", 12, start=0.0)
+    task = dataclasses.replace(
+        base,
+        init_params=lambda key: jnp.zeros((3, 4)),
+        evaluate=lambda key, members, ts: base.evaluate(key, members.reshape(-1, 12), ts),
+    )
+    single = one_device(task, strategy).strategy_state
+    split = shard_mapped(task, strategy).strategy_state
+    assert max_diff(single.params, split.params) <= 1e-5
+    assert float(jnp.max(jnp.abs(single.params))) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: jaxes.sep_cma_es(8, noise="lowrank"), "sep_cma_es's covariance"),
+        (lambda: jaxes.pgpe(8, noise="lowrank"), "pgpe's σ update"),
+        (lambda: jaxes.snes(8, noise="lowrank"), "snes's σ update"),
+        (lambda: jaxes.open_es(8, noise="lowrnk"), "unknown source 'lowrnk'"),
+    ],
+)
+def test_strategies_refuse_what_low_rank_noise_cannot_serve(build, message):
+    with pytest.raises(ValueError, match=rf"^noise: .*{message}"):
+        build()
+
+
+def test_factored_displacements_need_one_sigma_per_leaf_and_float32():
+    es = jaxes.snes(8, 0.1, sigma_learning_rate=0, noise="lowrank")
+    _, state = drawn_state(es)
+    with pytest.raises(ValueError, match=r"^sigma: a factored displacement needs one σ per leaf"):
+        es.perturbation(state, 0)
+    _, state = drawn_state(ES, {"w": jnp.zeros((4, 4), jnp.bfloat16)})
+    with pytest.raises(ValueError, match=r"^perturbation: members of params narrower"):
+        ES.perturbation(state, 0)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--noise", "lowrank", "--noise-rank", "0"], "noise_rank: expected an int >= 1"),
+        (["--noise", "lowrank", "--strategy", "sep_cma_es"], "sep_cma_es: noise: 'lowrank'"),
+    ],
+)
+def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message):
+    code = main(["train", *flags, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
