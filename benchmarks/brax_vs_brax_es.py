@@ -47,6 +47,7 @@ benchmarks/results/brax_vs_brax_es.json, or brax_vs_brax_es_quick.json with `--q
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -184,7 +185,6 @@ class _Stop(Exception):
 def solve_brax(seed: int, generations: int) -> dict:
     """`brax.training.agents.es.train` with the same ES settings, stopped at the solve."""
     import contextlib
-    import functools
 
     jax = quiet_imports()
     from brax import envs
@@ -249,16 +249,27 @@ def solve_brax(seed: int, generations: int) -> dict:
     return result | {"eval_before_training_s": before[0] if before else None, "xla": compiles}
 
 
-def time_pair(f, g, reps: int) -> tuple[float, float]:
-    """Median seconds of f() and of g(), called alternately `reps` times after 2 warm-ups."""
+def time_pair(f, g, reps: int, f_input=None) -> tuple[float, float]:
+    """Median seconds of f() and of g(), called alternately `reps` times after 2 warm-ups.
+
+    With `f_input`, each call is f(f_input()), the input made (and ready) before the clock
+    starts: a fresh copy of a state that f donates, as the runner donates it.
+    """
     import jax
 
+    def call_f():
+        if f_input is None:
+            return lambda: f()
+        arg = jax.block_until_ready(f_input())
+        return lambda: f(arg)
+
     for _ in range(2):
-        jax.block_until_ready(f())
+        jax.block_until_ready(call_f()())
         jax.block_until_ready(g())
     tf, tg = [], []
     for _ in range(reps):
-        for fn, out in ((f, tf), (g, tg)):
+        for make, out in ((call_f, tf), (lambda: g, tg)):
+            fn = make()
             t = time.perf_counter()
             jax.block_until_ready(fn())
             out.append(time.perf_counter() - t)
@@ -286,10 +297,12 @@ def overhead(train_generations: int, reps: int) -> dict:
     strategy, task = build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
     state = runner.init_state(strategy, task, 0)
     step_fn = generation_step(strategy, task)
-    step = jax.jit(step_fn)
+    # The state is donated, as the runner donates it: without that, every call also copies
+    # the state's 64 MiB noise table (about 10 ms here), which training never does.
+    step = jax.jit(step_fn, donate_argnums=0)
     evaluate = jax.jit(task.evaluate)
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=0)
     def block(s):  # what `jaxes train` runs: EVAL_EVERY generations fused with lax.scan
         return jax.lax.scan(lambda c, _: step_fn(c), s, None, EVAL_EVERY)
 
@@ -297,11 +310,14 @@ def overhead(train_generations: int, reps: int) -> dict:
     def rollouts(inputs):  # the same EVAL_EVERY rollouts, also in one program
         return jax.lax.map(lambda i: task.evaluate(*i), inputs)
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=0)
     def ask_tell(s):
         population, ss = strategy.ask(s.key, s.strategy_state)
         fitness = jnp.zeros(strategy.population_size) + jax.tree.leaves(population)[0][:, 0]
         return strategy.tell(ss, fitness)
+
+    def copy(s):
+        return jax.tree.map(lambda x: x.copy(), s)
 
     def advance(s, generations):
         return jax.lax.scan(lambda c, _: step_fn(c), s, None, generations)[0]
@@ -311,19 +327,16 @@ def overhead(train_generations: int, reps: int) -> dict:
         state_t = jax.block_until_ready(jax.jit(advance, static_argnums=1)(state, trained))
         states = [state_t]
         for _ in range(EVAL_EVERY - 1):
-            states.append(step(states[-1])[0])
+            states.append(step(copy(states[-1]))[0])
         inputs = [population_inputs(strategy, s) for s in states]
         stacked = jax.tree.map(lambda *x: jnp.stack(x), *inputs)
-        _, metrics = block(state_t)
+        _, metrics = block(copy(state_t))
         fitness, _, info = rollouts(stacked)
         assert (metrics["env_steps"] == info.env_steps).all(), "not the same rollouts"
-        t_block, t_rollouts = time_pair(
-            lambda s=state_t: block(s), lambda x=stacked: rollouts(x), reps
-        )
-        t_step, t_eval = time_pair(
-            lambda s=state_t: step(s), lambda i=inputs[0]: evaluate(*i), reps
-        )
-        t_asktell, _ = time_pair(lambda s=state_t: ask_tell(s), lambda: None, reps)
+        fresh = functools.partial(copy, state_t)
+        t_block, t_rollouts = time_pair(block, lambda x=stacked: rollouts(x), reps, fresh)
+        t_step, t_eval = time_pair(step, lambda i=inputs[0]: evaluate(*i), reps, fresh)
+        t_asktell, _ = time_pair(ask_tell, lambda: None, reps, fresh)
         rows.append(
             {
                 "generation": trained,
