@@ -237,3 +237,21 @@ def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message
     err = capsys.readouterr().err
     assert code != 0 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
+    # Wiring only (jit(...).lower: traced, not compiled): the CLI's settings reach the strategy.
+    from jaxes import runner
+    from jaxes.config import TrainConfig, build
+    from jaxes.step import generation_step
+
+    config = TrainConfig(env="fast", noise="lowrank", noise_rank=3, policy="mlp")
+    strategy, task = build(config)
+    state = runner.init_state(strategy, task, 0)
+    jax.jit(generation_step(strategy, task)).lower(state)
+    delta = strategy.perturbation(state.strategy_state, 0)
+    kernels = [
+        x for x in jax.tree.leaves(delta, is_leaf=lowrank.is_factored) if lowrank.is_factored(x)
+    ]
+    assert kernels and all(k.a.shape[-1] <= 3 for k in kernels)
+    assert any(k.a.shape[-1] == 3 for k in kernels)

@@ -822,16 +822,22 @@ def _compile_block(job: _Job, length: int, lanes, stoppable: bool, args, evaluat
     evaluation's compile in a thread beside it. XLA compiles without the GIL, so on a machine
     with two cores the evaluation's compile (about 40 % of the first block's on a Brax task,
     ``benchmarks/compile_profile.py``) hides behind the training block's."""
-    if "program" not in evaluation:
-        lowered = eval_runner(job.strategy, job.task, job.mesh, lanes=lanes).lower(*args[:2])
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxes-compile")
-        evaluation["program"] = pool.submit(lowered.compile)
-        pool.shutdown(wait=False)
     train = block_runner(
         job.strategy, job.task, length, job.mesh, lanes=lanes, stoppable=stoppable,
         evaluate=False,
     )  # fmt: skip
-    compiled = train.lower(*args[:1], *args[2:]).compile()
+    lowered = train.lower(*args[:1], *args[2:])
+    if "program" not in evaluation:
+        # Traced in the thread too: the trace needs the GIL, which the block's compile below
+        # releases, so the block's compile (the longer one) starts first.
+        def compile_evaluation():
+            evaluation_fn = eval_runner(job.strategy, job.task, job.mesh, lanes=lanes)
+            return evaluation_fn.lower(*args[:2]).compile()
+
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxes-compile")
+        evaluation["program"] = pool.submit(compile_evaluation)
+        pool.shutdown(wait=False)
+    compiled = lowered.compile()
     evaluation["program"].result()  # a compile error surfaces here, before the first block
     return compiled
 
