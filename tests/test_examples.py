@@ -112,3 +112,13 @@ def test_brax_hopper_quick_runs_and_writes_a_run_directory(tmp_path):
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["generation"] for x in lines] == list(range(1, 7))
     assert "on 4 device(s)" in out  # P = 16 split over conftest's 4 CPU devices
+
+
+def test_digits_script_trains_the_small_classifier():
+    # The notebook (tests/test_notebooks_digits.py) runs all three models; here the script's
+    # own command line, on the small one.
+    out = run_example("digits.py", "--model", "full-rank")
+    accuracy = float(
+        search(r"test accuracy ([\d.]+) \(full-rank, 64-64-10, 100 generations", out)[1]
+    )
+    assert accuracy >= 0.85, out

@@ -12,7 +12,7 @@ Example:
 
 import importlib.metadata
 
-from jaxes import centroid, evaluation, noise, shaping, testing, trees
+from jaxes import centroid, evaluation, factored, lowrank, noise, shaping, testing, trees
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.evaluation import evaluate
 from jaxes.noise import NoiseSource, Perturbations
@@ -49,6 +49,8 @@ __all__ = [
     "displacement_update",
     "evaluate",
     "evaluation",
+    "factored",
+    "lowrank",
     "noise",
     "open_es",
     "pgpe",

@@ -1,0 +1,47 @@
+"""The digits notebook (which imports examples/digits.py) trains both classifiers by ES in quick
+mode and prints their test accuracies, the comparison table and two figures.
+
+One test, one notebook run: compiling the two training programs is most of its cost.
+"""
+
+import re
+
+import pytest
+from notebook_runner import images, run_notebook
+
+NUMBER = r"([0-9][0-9.]*)"
+
+
+def number(pattern: str, text: str) -> float:
+    match = re.search(pattern + r"\s*" + NUMBER, text)
+    assert match, f"{pattern!r} not printed; output:\n{text[-3000:]}"
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+def test_digits_notebook_trains_both_classifiers_by_es():
+    text, nb = run_notebook("05_digits.ipynb")
+    # Quick mode (100 generations, seed 0) prints 0.958 and 0.933; seeds 0-3 gave 0.958-0.967
+    # (full-rank) and 0.933-0.947 (low-rank), so the bars leave some 5 points of margin.
+    assert number(r"(?m)^full-rank test accuracy:", text) >= 0.90
+    assert number(r"low-rank test accuracy:", text) >= 0.88
+    rows = re.findall(
+        r"^(equal generations|equal wall clock)\s+(big full-rank|low-rank)\s+(\d+)\s+"
+        + NUMBER
+        + r"\s+"
+        + NUMBER
+        + r"$",
+        text,
+        re.MULTILINE,
+    )
+    assert len(rows) == 4, text[-3000:]
+    by_row = {(c, m): (int(g), float(s), float(a)) for c, m, g, s, a in rows}
+    assert by_row["equal generations", "big full-rank"][0] == 100
+    assert by_row["equal generations", "low-rank"][0] == 100
+    # At equal wall clock the slower noise gets no more seconds than the faster one had.
+    clock = [by_row["equal wall clock", m] for m in ("big full-rank", "low-rank")]
+    assert min(g for g, _, _ in clock) <= 100 and max(g for g, _, _ in clock) == 100
+    assert number(r"big full-rank test accuracy:", text) >= 0.85
+    assert all(0.0 <= a <= 1.0 for _, _, a in by_row.values())
+    assert re.search(r"best model: (full|low)-rank, \d+ of 360 test images right", text), text
+    assert images(nb) >= 2  # the learning curves and the confusion matrix
