@@ -12,7 +12,18 @@ Example:
 
 import importlib.metadata
 
-from jaxes import centroid, evaluation, factored, lowrank, noise, shaping, testing, trees
+from jaxes import (
+    centroid,
+    diagnostics,
+    evaluation,
+    factored,
+    lowrank,
+    noise,
+    shaping,
+    subspace,
+    testing,
+    trees,
+)
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.evaluation import evaluate
 from jaxes.noise import NoiseSource, Perturbations
@@ -46,6 +57,7 @@ __all__ = [
     "centre",
     "centroid",
     "classical_estimator",
+    "diagnostics",
     "displacement_update",
     "evaluate",
     "evaluation",
@@ -58,6 +70,7 @@ __all__ = [
     "sep_cma_es",
     "shaping",
     "snes",
+    "subspace",
     "testing",
     "trees",
     "z_score",
