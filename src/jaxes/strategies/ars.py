@@ -154,10 +154,12 @@ def ars(
 
     def tell(state: ARSState, fitness):
         direction, stats = estimate(state, fitness)
-        step, opt_state = common.optimizer_step(optimizer, state, direction)
-        return common.finish_tell(
-            state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
-        )
+
+        def update():
+            step, opt_state = common.optimizer_step(optimizer, state, direction)
+            return step, {"opt_state": opt_state}
+
+        return common.finish_tell(state, fitness, stats.moments, stats.sigma, stats.sigma, update)
 
     return common.make_strategy(
         perturbations,

@@ -386,7 +386,7 @@ def informative(fitness: jax.Array) -> jax.Array:
     return high > low
 
 
-def strategy_info(fitness, best_fitness, applied, step, moments, sigma):
+def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma):
     """``StrategyInfo`` for one ``tell``."""
     f_mean, f_max, f_min = finite_stats(fitness)
     positive = moments.total_mass > 0
@@ -400,7 +400,7 @@ def strategy_info(fitness, best_fitness, applied, step, moments, sigma):
         best_fitness=best_fitness,
         num_finite=jnp.sum(jnp.isfinite(fitness)).astype(jnp.int32),
         applied=applied,
-        update_norm=centroid.tree_norm(step),
+        update_norm=update_norm,
         # Norms of the summed moments, scaled after: no parameter-sized M - θ or c - θ is built.
         com_displacement_norm=jnp.where(
             positive, centroid.tree_norm(moments.mass_moment) / safe_total, 0.0
@@ -411,20 +411,28 @@ def strategy_info(fitness, best_fitness, applied, step, moments, sigma):
     )
 
 
-def _select(condition, new, old):
-    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
+def _when(condition, new: Callable, old):
+    """``new()`` if ``condition`` else ``old``, as a ``lax.cond``: the new values are computed
+    only in the branch that keeps them, so XLA updates donated buffers in place. (A
+    ``where(condition, new, old)`` needs both alive at once, and XLA then copies every
+    parameter-sized buffer of the state: 18 copies of θ and Adam's moments at 100M params.)"""
+
+    def taken():
+        return jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new(), old)
+
+    return jax.lax.cond(condition, taken, lambda: old)
 
 
-def finish_tell(state, fitness, step, moments, info_sigma, scale, **changes):
+def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[], tuple]):
     """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
 
-    ``step`` is the change of θ (a pytree like the params); ``scale`` is the perturbation
-    scale the told population was built with (kept in the best-member recipe); ``info_sigma``
-    is the σ reported in the info; ``changes`` are the strategy's own new state fields (σ,
-    optimizer state, paths, ...). The update (``step`` and ``changes``) is applied only when
-    the fitness is informative and an ``ask`` was pending; a ``tell`` without a pending
-    ``ask`` changes nothing at all. θ' = θ + step is written elementwise from θ and the step,
-    so XLA can update a donated θ in place.
+    ``update()`` returns ``(step, changes)``: the change of θ (a pytree like the params) and
+    the strategy's own new state fields (σ, optimizer state, paths, ...) by name. It runs
+    only when the update is applied: when the fitness is informative and an ``ask`` was
+    pending (a ``tell`` without a pending ``ask`` changes nothing at all). ``scale`` is the
+    perturbation scale the told population was built with (kept in the best-member recipe);
+    ``info_sigma`` is the σ reported in the info. θ' = θ + step is written elementwise from θ
+    and the step inside the applied branch, so XLA updates a donated θ in place.
     """
     fitness = jnp.asarray(fitness)
     pending = state.pending
@@ -436,14 +444,22 @@ def finish_tell(state, fitness, step, moments, info_sigma, scale, **changes):
     best = BestMember(
         key=jnp.where(improved, jax.random.key_data(state.key), best.key),
         index=jnp.where(improved, best_i, best.index),
-        centre=None if best.centre is None else _select(improved, state.params, best.centre),
-        scale=None if best.scale is None else _select(improved, scale, best.scale),
+        centre=None if best.centre is None else _when(improved, lambda: state.params, best.centre),
+        scale=None if best.scale is None else _when(improved, lambda: scale, best.scale),
     )
     best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
-    step = jax.tree.map(lambda u: jnp.where(applied, u, jnp.zeros_like(u)), step)
-    params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
-    kept = {name: _select(applied, value, getattr(state, name)) for name, value in changes.items()}
-    info = strategy_info(fitness, best_fitness, applied, step, moments, info_sigma)
+    names = tuple(jax.eval_shape(lambda: update()[1]))
+    old = {name: getattr(state, name) for name in names}
+
+    def applied_update():
+        step, changes = update()
+        params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
+        return params, changes, centroid.tree_norm(step).astype(jnp.float32)
+
+    params, changes, update_norm = _when(
+        applied, applied_update, (state.params, old, jnp.zeros((), jnp.float32))
+    )
+    info = strategy_info(fitness, best_fitness, applied, update_norm, moments, info_sigma)
     new_state = state._replace(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
@@ -451,7 +467,7 @@ def finish_tell(state, fitness, step, moments, info_sigma, scale, **changes):
         fitness=jnp.where(pending, fitness.astype(jnp.float32), state.fitness),
         best_fitness=best_fitness,
         best=best,
-        **kept,
+        **changes,
     )
     return new_state, info
 

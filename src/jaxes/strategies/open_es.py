@@ -146,11 +146,13 @@ def open_es(
 
     def tell(state: OpenESState, fitness):
         direction, stats = estimate(state, fitness)
-        ascent = jax.tree.map(lambda g, x: g - l2 * x, direction, state.params)
-        step, opt_state = common.optimizer_step(optimizer, state, ascent)
-        return common.finish_tell(
-            state, fitness, step, stats.moments, stats.sigma, stats.sigma, opt_state=opt_state
-        )
+
+        def update():
+            ascent = jax.tree.map(lambda g, x: g - l2 * x, direction, state.params)
+            step, opt_state = common.optimizer_step(optimizer, state, ascent)
+            return step, {"opt_state": opt_state}
+
+        return common.finish_tell(state, fitness, stats.moments, stats.sigma, stats.sigma, update)
 
     return common.make_strategy(
         perturbations,

@@ -154,21 +154,15 @@ def pgpe(
 
     def tell(state: PGPEState, fitness):
         direction, stats = estimate(state, fitness)
-        step, opt_state = common.optimizer_step(optimizer, state, direction)
-        return common.finish_tell(
-            state,
-            fitness,
-            step,
-            stats.moments,
-            state.sigma,
-            state.sigma,
-            sigma=(
-                sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
-                if adapts_sigma
-                else state.sigma
-            ),
-            opt_state=opt_state,
-        )
+
+        def update():
+            step, opt_state = common.optimizer_step(optimizer, state, direction)
+            changes = {"opt_state": opt_state}
+            if adapts_sigma:
+                changes["sigma"] = sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
+            return step, changes
+
+        return common.finish_tell(state, fitness, stats.moments, state.sigma, state.sigma, update)
 
     return common.make_strategy(
         perturbations,

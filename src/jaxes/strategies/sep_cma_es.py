@@ -187,61 +187,60 @@ def sep_cma_es(
     def tell(state: SepCMAState, fitness):
         _, y_moments = weigh(state, fitness)
         moments = centroid.scale_moments(y_moments, state.sigma)
-        n = trees.num_params(state.params)
-        k = cma_constants(n, mu)
-        # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
-        y_w = centroid.centre_of_mass(y_moments)
-        step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
-        z_w = jax.tree.map(
-            lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
-            y_w,
-            state.variances,
-        )
-        path_sigma = jax.tree.map(
-            lambda ps, z: (
-                (1 - k.c_sigma) * ps + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * z
-            ),
-            state.path_sigma,
-            z_w,
-        )
-        ps_norm = centroid.tree_norm(path_sigma)
-        g = state.generation.astype(jnp.float32) + 1.0
-        h_sigma = (
-            ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g))
-            < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
-        ).astype(jnp.float32)
-        path_c = jax.tree.map(
-            lambda pc, y: (
-                (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y
-            ),
-            state.path_c,
-            y_w,
-        )
-        # The rank-μ term Σ w_i y_i² is the mass-weighted spread (in units of σ).
-        variances = jax.tree.map(
-            lambda c, pc, r: (
-                (1 - k.c_1 - k.c_mu) * c
-                + k.c_1 * (jnp.square(pc) + (1 - h_sigma) * k.c_c * (2 - k.c_c) * c)
-                + k.c_mu * r
-            ),
-            state.variances,
-            path_c,
-            centroid.mass_spread(y_moments),
-        )
-        sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
-        sigma = jnp.maximum(sigma, floor).astype(jnp.float32)
-        return common.finish_tell(
-            state,
-            fitness,
-            step,
-            moments,
-            scale(state),
-            scale(state),
-            sigma=sigma,
-            variances=variances,
-            path_sigma=path_sigma,
-            path_c=path_c,
-        )
+
+        def update():
+            n = trees.num_params(state.params)
+            k = cma_constants(n, mu)
+            # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
+            y_w = centroid.centre_of_mass(y_moments)
+            step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
+            z_w = jax.tree.map(
+                lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
+                y_w,
+                state.variances,
+            )
+            path_sigma = jax.tree.map(
+                lambda ps, z: (
+                    (1 - k.c_sigma) * ps + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * z
+                ),
+                state.path_sigma,
+                z_w,
+            )
+            ps_norm = centroid.tree_norm(path_sigma)
+            g = state.generation.astype(jnp.float32) + 1.0
+            h_sigma = (
+                ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g))
+                < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
+            ).astype(jnp.float32)
+            path_c = jax.tree.map(
+                lambda pc, y: (
+                    (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y
+                ),
+                state.path_c,
+                y_w,
+            )
+            # The rank-μ term Σ w_i y_i² is the mass-weighted spread (in units of σ).
+            variances = jax.tree.map(
+                lambda c, pc, r: (
+                    (1 - k.c_1 - k.c_mu) * c
+                    + k.c_1 * (jnp.square(pc) + (1 - h_sigma) * k.c_c * (2 - k.c_c) * c)
+                    + k.c_mu * r
+                ),
+                state.variances,
+                path_c,
+                centroid.mass_spread(y_moments),
+            )
+            sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
+            sigma = jnp.maximum(sigma, floor).astype(jnp.float32)
+            changes = {
+                "sigma": sigma,
+                "variances": variances,
+                "path_sigma": path_sigma,
+                "path_c": path_c,
+            }
+            return step, changes
+
+        return common.finish_tell(state, fitness, moments, scale(state), scale(state), update)
 
     return common.make_strategy(
         perturbations,

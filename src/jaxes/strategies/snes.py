@@ -153,19 +153,14 @@ def snes(
 
     def tell(state: SNESState, fitness):
         direction, stats = estimate(state, fitness)
-        return common.finish_tell(
-            state,
-            fitness,
-            jax.tree.map(lambda d: eta_mu * d, direction),
-            stats.moments,
-            state.sigma,
-            state.sigma,
-            sigma=(
-                sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
-                if adapts_sigma
-                else state.sigma
-            ),
-        )
+
+        def update():
+            changes = {}
+            if adapts_sigma:
+                changes["sigma"] = sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
+            return jax.tree.map(lambda d: eta_mu * d, direction), changes
+
+        return common.finish_tell(state, fitness, stats.moments, state.sigma, state.sigma, update)
 
     return common.make_strategy(
         perturbations,
