@@ -615,10 +615,16 @@ class _Lane:
         evals = [x for x in self.kept if x.get("eval_return") is not None]
         self.total_env_steps = self.kept[-1].get("total_env_steps", 0) if self.kept else 0
         self.last_eval = evals[-1]["eval_return"] if evals else None
-        target, budget = stops["target_return"], stops["timesteps"]
+        target = stops["target_return"]
         hit = [x for x in evals if target is not None and x["eval_return"] >= target]
-        if hit:
-            self.stopped, self.target_env_steps = "target_return", hit[0].get("total_env_steps")
+        self.decide_stop(stops, hit[0].get("total_env_steps") if hit else None, bool(hit))
+
+    def decide_stop(self, stops: dict, target_env_steps, reached: bool) -> None:
+        """Whether the run is over, and why: the target return first (``reached``, at
+        ``target_env_steps``), then the timesteps budget, then the generations."""
+        budget = stops["timesteps"]
+        if reached:
+            self.stopped, self.target_env_steps = "target_return", target_env_steps
         elif budget is not None and self.total_env_steps >= budget:
             self.stopped = "timesteps"
         elif self.generation >= self.settings["generations"]:
@@ -855,13 +861,9 @@ def _advance(lane: _Lane, lines: list[dict], returns, stops: dict) -> None:
     lane.last_eval = rundir.finite_or_null(mean)
     lines[-1]["eval_return"] = lane.last_eval
     lines[-1]["eval_return_std"] = rundir.finite_or_null(spread)
-    target, budget = stops["target_return"], stops["timesteps"]
-    if target is not None and lane.last_eval is not None and lane.last_eval >= target:
-        lane.stopped, lane.target_env_steps = "target_return", lane.total_env_steps
-    elif budget is not None and lane.total_env_steps >= budget:
-        lane.stopped = "timesteps"
-    elif lane.generation >= lane.settings["generations"]:
-        lane.stopped = "generations"
+    target = stops["target_return"]
+    reached = target is not None and lane.last_eval is not None and lane.last_eval >= target
+    lane.decide_stop(stops, lane.total_env_steps, reached)
 
 
 def _progress_line(moved) -> dict:

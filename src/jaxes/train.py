@@ -46,19 +46,12 @@ def run(
         strategy,
         task,
         out,
-        generations=config.generations,
         seed=config.seed,
-        eval_every=config.eval_every,
-        checkpoint_every=config.checkpoint_every,
-        devices=config.devices,
-        timesteps=config.timesteps,
-        target_return=config.target_return,
-        config=config.to_dict(),
         resume=resume,
         progress_fn=progress_fn,
         stream=stream,
         plot=plot,
-        title=_title(config),
+        **_loop_settings(config),
     )
 
 
@@ -87,23 +80,27 @@ def run_seeds(
         task,
         out,
         seeds=seeds,
-        generations=config.generations,
-        eval_every=config.eval_every,
-        checkpoint_every=config.checkpoint_every,
-        devices=config.devices,
-        timesteps=config.timesteps,
-        target_return=config.target_return,
-        config=config.to_dict(),
         resume=resume,
         progress_fn=progress_fn,
         stream=stream,
         plot=plot,
-        title=_title(config),
+        **_loop_settings(config),
     )
 
 
-def _title(config: TrainConfig) -> str:
-    return f"{config.strategy} on {config.env} ({config.backend}), P={config.population_size}"
+def _loop_settings(config: TrainConfig) -> dict:
+    """What ``runner.run`` and ``runner.run_seeds`` take from a config, besides the seed."""
+    return {
+        "generations": config.generations,
+        "eval_every": config.eval_every,
+        "checkpoint_every": config.checkpoint_every,
+        "devices": config.devices,
+        "timesteps": config.timesteps,
+        "target_return": config.target_return,
+        "config": config.to_dict(),
+        "title": f"{config.strategy} on {config.env} ({config.backend}), "
+        f"P={config.population_size}",
+    }
 
 
 def load_run(
