@@ -185,8 +185,9 @@ def test_classical_estimator_check_passes_with_low_rank_noise():
     [
         jaxes.open_es(16, 0.05, learning_rate=0.05, noise="lowrank", noise_rank=2),
         jaxes.pgpe(16, 0.05, sigma_learning_rate=0, noise="lowrank"),
+        jaxes.ars(16, 0.05, learning_rate=0.05, noise="lowrank", noise_rank=2),
     ],
-    ids=["open_es", "pgpe"],
+    ids=["open_es", "pgpe", "ars"],
 )
 def test_device_split_gives_the_one_device_params(strategy):
     base = function_task("rosenbrock", 12, start=0.0)
