@@ -111,9 +111,15 @@ TRAIN_FLAGS = [
         "noise source: table (shared noise table), gaussian, or lowrank (rank-r matrices)",
     ),
     ("--noise-rank", "noise_rank", int, "rank r of --noise lowrank perturbations"),
+    (
+        "--vbn-reference-size",
+        "vbn_reference_size",
+        int,
+        "observations in the reference batch of --policy vbn_mlp",
+    ),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
-    ("--policy", "policy", str, "linear or mlp"),
+    ("--policy", "policy", str, "linear, mlp or vbn_mlp (virtual batch normalisation)"),
     ("--hidden-sizes", "hidden_sizes", _int_list, "MLP hidden widths, e.g. 32,32"),
     ("--episodes-per-member", "episodes_per_member", int, "episodes averaged per member"),
     (

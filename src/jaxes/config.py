@@ -32,7 +32,7 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
 LEARNING_RATE_MEANING = (
     "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
 )
-POLICIES = ("linear", "mlp")
+POLICIES = ("linear", "mlp", "vbn_mlp")
 
 
 def strategy_default(strategy: str, setting: str):
@@ -64,7 +64,7 @@ STRATEGY_SETTINGS = (
     "noise_rank",
 )
 # Settings added after runs were first written: a config.json without one means its default.
-ADDED_LATER = ("noise_rank",)
+ADDED_LATER = ("noise_rank", "vbn_reference_size")
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -130,6 +130,7 @@ class TrainConfig:
     hidden_sizes: tuple[int, ...] | None = None
     episodes_per_member: int = 1
     action_repeat: int = 1
+    vbn_reference_size: int = 128
     eval_every: int | None = None
     eval_episodes: int | None = None
     checkpoint_every: int | None = None
@@ -152,6 +153,7 @@ class TrainConfig:
             "eval_episodes",
             "action_repeat",
             "noise_rank",
+            "vbn_reference_size",
         ):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -309,6 +311,7 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         eval_episodes=config.eval_episodes,
         normalize_observations=config.normalize_observations,
         action_repeat=config.action_repeat,
+        reference_size=config.vbn_reference_size,
     )
     settings = {
         name: getattr(config, name)

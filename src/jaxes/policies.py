@@ -14,10 +14,17 @@ ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.
 
 
 class Policy(NamedTuple):
-    """``init(key) -> params`` and ``apply(params, obs) -> action`` for one observation."""
+    """``init(key) -> params`` and ``apply(params, obs) -> action`` for one observation.
+
+    ``prepare(params, reference) -> params`` (``None`` for most policies) is run once per
+    member per generation, before its episodes, on a reference batch of (normalised)
+    observations; what it returns is what ``apply`` then gets at every step (virtual batch
+    normalisation: the member's own statistics of the reference batch).
+    """
 
     init: Callable[[jax.Array], dict]
     apply: Callable[[dict, jax.Array], jax.Array]
+    prepare: Callable[[dict, jax.Array], dict] | None = None
 
 
 class _MLP(nn.Module):
@@ -112,3 +119,86 @@ def linear(obs_size: int, action_size: int, action_low=-1.0, action_high=1.0) ->
       [1.0, 1.0]
     """
     return mlp(obs_size, action_size, (), "tanh", action_low, action_high)
+
+
+# Per-layer statistics of the reference batch: a flax collection that ES does not perturb.
+VBN_STATS = "vbn_stats"
+_VBN_EPS = 1e-5
+
+
+class _VBNMLP(nn.Module):
+    """An MLP whose hidden pre-activations are normalised with statistics of a reference batch
+    (Salimans et al. 2016/2017's virtual batch normalisation), then scaled and shifted by
+    learnable ``scale``/``offset`` (ES parameters)."""
+
+    hidden_sizes: Sequence[int]
+    action_size: int
+    activation: Callable
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for i, size in enumerate(self.hidden_sizes):
+            h = nn.Dense(size, name=f"Dense_{i}")(x)
+            mean = self.variable(VBN_STATS, f"mean_{i}", jnp.zeros, (size,))
+            var = self.variable(VBN_STATS, f"var_{i}", jnp.ones, (size,))
+            if self.is_mutable_collection(VBN_STATS):  # the reference pass: measure
+                axes = tuple(range(h.ndim - 1))
+                mean.value, var.value = jnp.mean(h, axes), jnp.var(h, axes)
+            h = (h - mean.value) * jax.lax.rsqrt(var.value + _VBN_EPS)
+            scale = self.param(f"scale_{i}", nn.initializers.ones, (size,))
+            offset = self.param(f"offset_{i}", nn.initializers.zeros, (size,))
+            x = self.activation(h * scale + offset)
+        out = nn.Dense(self.action_size, kernel_init=nn.initializers.zeros, name="Dense_out")
+        return nn.tanh(out(x))
+
+
+def vbn_mlp(
+    obs_size: int,
+    action_size: int,
+    hidden_sizes: Sequence[int] = (32, 32),
+    activation: str = "tanh",
+    action_low=-1.0,
+    action_high=1.0,
+) -> Policy:
+    """``mlp`` with virtual batch normalisation: ``prepare(params, reference)`` computes each
+    hidden layer's mean and variance over a reference batch of observations, from the
+    member's own forward pass (layer by layer, each normalised by the statistics before it);
+    ``apply`` normalises every step's activations with them. A member's actions therefore
+    depend on its own parameters and the fixed reference batch only, never on the other
+    members or the batch it runs in.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> pol = vbn_mlp(3, 1, (4,))
+      >>> params = pol.init(jax.random.key(0))
+      >>> sorted(params["params"])
+      ['Dense_0', 'Dense_out', 'offset_0', 'scale_0']
+      >>> ready = pol.prepare(params, jax.random.normal(jax.random.key(1), (16, 3)))
+      >>> ready[VBN_STATS]["mean_0"].shape, pol.apply(ready, jnp.ones(3)).shape
+      ((4,), (1,))
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: unknown {activation!r}; allowed: {sorted(ACTIVATIONS)}")
+    if not hidden_sizes or any(int(h) < 1 for h in hidden_sizes):
+        raise ValueError(
+            f"hidden_sizes: vbn_mlp needs at least one hidden layer of positive width, got "
+            f"{tuple(hidden_sizes)}"
+        )
+    module = _VBNMLP(tuple(int(h) for h in hidden_sizes), action_size, ACTIVATIONS[activation])
+    low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
+    high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))
+
+    def init(key):
+        # Only the "params" collection: the statistics are measured, never searched.
+        return {"params": module.init(key, jnp.zeros(obs_size))["params"]}
+
+    def prepare(params, reference):
+        _, stats = module.apply(params, reference, mutable=[VBN_STATS])
+        return {"params": params["params"], **stats}
+
+    def apply(params, obs):
+        unit = module.apply(params, obs)
+        return low + (unit + 1.0) * 0.5 * (high - low)
+
+    return Policy(init, apply, prepare)

@@ -35,9 +35,12 @@ from jaxes.types import Task
 
 
 class BraxTaskState(NamedTuple):
-    """Observation statistics, merged over every generation's alive steps."""
+    """Observation statistics, merged over every generation's alive steps; and, for a policy
+    with virtual batch normalisation, the reference batch of raw observations (collected once
+    by ``init``, kept in checkpoints; ``None`` otherwise)."""
 
     obs_stats: running_stats.RunningStats
+    reference: jax.Array | None = None
 
 
 class RolloutInfo(NamedTuple):
@@ -84,6 +87,7 @@ def brax_task(
     chunk_length: int = 50,
     normalize_observations: bool = True,
     action_repeat: int = 1,
+    reference_size: int = 128,
 ) -> BraxTask:
     """Rolls out a population of policies on a Brax environment.
 
@@ -105,6 +109,12 @@ def brax_task(
       action_repeat: ``K``, env steps each action is held for (frame skip); the decision's
         reward is the sum of its steps' rewards, and steps after the episode ended (at
         ``done`` or ``episode_length``) count for nothing. ``K = 1`` is one step per action.
+      reference_size: observations in the reference batch of a policy with a ``prepare``
+        step (``"vbn_mlp"``): ``init`` plays ``reference_size`` episodes of the initial policy
+        (whose zero-initialised output is the middle of the action range) for up to 32
+        decisions each and keeps one observation of each, at a random step while it was
+        alive. Each member's ``prepare`` sees them (normalised like every observation) once
+        per evaluation, before its episodes.
 
     Returns:
       A ``Task``; ``evaluate(key, members, state)`` returns the mean episode return per
@@ -125,6 +135,7 @@ def brax_task(
         ("eval_episodes", eval_episodes),
         ("chunk_length", chunk_length),
         ("action_repeat", action_repeat),
+        ("reference_size", reference_size),
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -134,33 +145,68 @@ def brax_task(
         policy = policies.mlp(obs_size, env.action_size, hidden_sizes, **action_range(env))
     elif policy == "linear":
         policy = policies.linear(obs_size, env.action_size, **action_range(env))
+    elif policy == "vbn_mlp":
+        policy = policies.vbn_mlp(obs_size, env.action_size, hidden_sizes, **action_range(env))
     elif isinstance(policy, nn.Module):
         policy = policies.from_module(policy, obs_size, env.action_size, **action_range(env))
     elif not isinstance(policy, policies.Policy):
         raise ValueError(
-            f"policy: expected 'mlp', 'linear', a flax Module or a Policy, got {policy!r}"
+            f"policy: expected 'mlp', 'linear', 'vbn_mlp', a flax Module or a Policy, got "
+            f"{policy!r}"
         )
     decisions = -(-episode_length // action_repeat)  # per episode, the last may be cut short
     chunk = min(chunk_length, decisions)
 
     def init(key):
-        del key
-        return BraxTaskState(running_stats.init(obs_size))
+        stats = running_stats.init(obs_size)
+        if policy.prepare is None:
+            return BraxTaskState(stats)
+        return BraxTaskState(stats, reference_batch(key))
+
+    def reference_batch(key):
+        """One observation from each of ``reference_size`` episodes of the initial policy."""
+        reset_key, pick_key = jax.random.split(key)
+        states = jax.vmap(env.reset)(jax.random.split(reset_key, reference_size))
+        steps = min(32, decisions)
+        picks = jax.random.randint(pick_key, (reference_size,), 0, steps)
+        bounds = action_range(env)
+        middle = (jnp.asarray(bounds["action_low"]) + jnp.asarray(bounds["action_high"])) / 2
+        actions = jnp.broadcast_to(middle, (reference_size, env.action_size))
+
+        def step(carry, t):
+            state, alive, kept = carry
+            kept = jnp.where((alive & (t <= picks))[:, None], state.obs, kept)
+            nxt = jax.vmap(env.step)(state, actions)
+            return (nxt, alive & (nxt.done == 0), kept), None
+
+        start = (states, jnp.ones(reference_size, bool), states.obs)
+        (_, _, kept), _ = jax.lax.scan(step, start, jnp.arange(steps))
+        return kept
 
     def init_params(key):
         return policy.init(key)
 
+    def normalized(obs, stats):
+        return running_stats.normalize(stats, obs) if normalize_observations else obs
+
+    def ready(params, task_state_stats, reference):
+        """``params`` as ``apply`` takes them: prepared on the reference batch if the policy
+        needs it (once per member, not per step)."""
+        if policy.prepare is None:
+            return params
+        return policy.prepare(params, normalized(reference, task_state_stats))
+
     def act_with(params, obs, stats):
-        if normalize_observations:
-            obs = running_stats.normalize(stats, obs)
-        return policy.apply(params, obs)
+        return policy.apply(params, normalized(obs, stats))
 
     def act(params, obs, task_state: BraxTaskState):
+        params = ready(params, task_state.obs_stats, task_state.reference)
         return act_with(params, obs, task_state.obs_stats)
 
-    def rollout(params, reset_keys, stats):
+    def rollout(params, reset_keys, stats, reference=None):
         """Returns, lengths, observation moments and chunk count of a (P, E) batch."""
         num_members = jax.tree.leaves(params)[0].shape[0]
+        params = jax.vmap(lambda p: ready(p, stats, reference))(params)
         starts = jax.vmap(env.reset)(reset_keys)
         starts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_members,) + x.shape), starts)
         shape = (num_members, reset_keys.shape[0])
@@ -245,7 +291,9 @@ def brax_task(
 
     def evaluate(key, members, task_state: BraxTaskState):
         reset_keys = jax.random.split(key, episodes_per_member)
-        returns, lengths, moments, chunks = rollout(members, reset_keys, task_state.obs_stats)
+        returns, lengths, moments, chunks = rollout(
+            members, reset_keys, task_state.obs_stats, task_state.reference
+        )
         info = RolloutInfo(
             env_steps=chunks * chunk * action_repeat * lengths.size,
             alive_steps=jnp.sum(lengths),
@@ -256,15 +304,16 @@ def brax_task(
     def update(task_state: BraxTaskState, moments):
         if not normalize_observations:
             return task_state
-        return BraxTaskState(
-            running_stats.merge(task_state.obs_stats, running_stats.total(moments))
+        return task_state._replace(
+            obs_stats=running_stats.merge(task_state.obs_stats, running_stats.total(moments))
         )
 
     def evaluate_policy(key, params, task_state: BraxTaskState):
         single = jax.tree.map(lambda x: x[None], params)
         returns, _, _, _ = rollout(
-            single, jax.random.split(key, eval_episodes), task_state.obs_stats
-        )
+            single, jax.random.split(key, eval_episodes), task_state.obs_stats,
+            task_state.reference,
+        )  # fmt: skip
         return returns[0]
 
     return BraxTask(
