@@ -35,12 +35,18 @@ from jaxes.types import Task
 
 
 class BraxTaskState(NamedTuple):
-    """Observation statistics, merged over every generation's alive steps; and, for a policy
-    with virtual batch normalisation, the reference batch of raw observations (collected once
-    by ``init``, kept in checkpoints; ``None`` otherwise)."""
+    """Observation statistics, merged over every generation's alive steps."""
 
     obs_stats: running_stats.RunningStats
-    reference: jax.Array | None = None
+
+
+class VBNTaskState(NamedTuple):
+    """``BraxTaskState`` plus the reference batch of raw observations of a policy with
+    virtual batch normalisation (collected once by ``init``, kept in checkpoints). A type of
+    its own, so other runs' checkpoints keep their structure."""
+
+    obs_stats: running_stats.RunningStats
+    reference: jax.Array
 
 
 class RolloutInfo(NamedTuple):
@@ -56,6 +62,10 @@ class RolloutInfo(NamedTuple):
     env_steps: jax.Array
     alive_steps: jax.Array
     episodes: jax.Array
+
+
+def _reference(task_state):
+    return getattr(task_state, "reference", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +171,7 @@ def brax_task(
         stats = running_stats.init(obs_size)
         if policy.prepare is None:
             return BraxTaskState(stats)
-        return BraxTaskState(stats, reference_batch(key))
+        return VBNTaskState(stats, reference_batch(key))
 
     def reference_batch(key):
         """One observation from each of ``reference_size`` episodes of the initial policy."""
@@ -200,7 +210,7 @@ def brax_task(
         return policy.apply(params, normalized(obs, stats))
 
     def act(params, obs, task_state: BraxTaskState):
-        params = ready(params, task_state.obs_stats, task_state.reference)
+        params = ready(params, task_state.obs_stats, _reference(task_state))
         return act_with(params, obs, task_state.obs_stats)
 
     def rollout(params, reset_keys, stats, reference=None):
@@ -292,7 +302,7 @@ def brax_task(
     def evaluate(key, members, task_state: BraxTaskState):
         reset_keys = jax.random.split(key, episodes_per_member)
         returns, lengths, moments, chunks = rollout(
-            members, reset_keys, task_state.obs_stats, task_state.reference
+            members, reset_keys, task_state.obs_stats, _reference(task_state)
         )
         info = RolloutInfo(
             env_steps=chunks * chunk * action_repeat * lengths.size,
@@ -312,7 +322,7 @@ def brax_task(
         single = jax.tree.map(lambda x: x[None], params)
         returns, _, _, _ = rollout(
             single, jax.random.split(key, eval_episodes), task_state.obs_stats,
-            task_state.reference,
+            _reference(task_state),
         )  # fmt: skip
         return returns[0]
 
