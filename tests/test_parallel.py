@@ -174,10 +174,11 @@ def users_loop(gather):
 def test_a_users_shard_map_loop_needs_gather_members_under_the_vma_check():
     state = SMALL.init(jax.random.key(0), jnp.ones(10))
     keys = jax.random.split(jax.random.key(1), GENERATIONS)
-    # A plain all_gather types the gathered fitness, and so the told state, as varying over the
-    # axis: the scan refuses the carry (at trace time; nothing is compiled).
+    # A plain all_gather types the gathered fitness, and so the told update, as varying over
+    # the axis: tell's cond on "applied" (new state or old) refuses it, as the scan's carry
+    # would (at trace time; nothing is compiled).
     plain = users_loop(lambda x, axis: jax.lax.all_gather(x, axis, tiled=True))
-    with pytest.raises(TypeError, match=r"(?s)carry input and carry output must have equal.*V:d"):
+    with pytest.raises(TypeError, match=r"(?s)must have equal output types.*V:d"):
         plain.lower(state, keys)
     split = jax.block_until_ready(users_loop(parallel.gather_members)(state, keys))
 
