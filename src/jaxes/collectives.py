@@ -29,8 +29,9 @@ def gather_members(values, axis_name):
     ``jax.lax.all_gather`` moves the same values but types them as varying; a ``tell`` on them
     then computes a varying new state, and with ``check_vma=True`` (shard_map's default) its
     ``lax.cond`` between the new and the old state fails with ``cond branches must have equal
-    output types ... {V:...}`` (as a ``lax.scan`` carry or ``out_specs=PartitionSpec()`` would). It also works under
-    ``jax.pmap``, and under ``jax.vmap`` with an ``axis_name`` (a plain ``all_gather`` there).
+    output types ... {V:...}`` (as a ``lax.scan`` carry or ``out_specs=PartitionSpec()``
+    would). It also works under ``jax.pmap``, and under ``jax.vmap`` with an ``axis_name`` (a
+    plain ``all_gather`` there).
 
     Example (any device count; ``"population"`` is ``jaxes.parallel.make_mesh``'s axis):
       >>> import jax, jax.numpy as jnp
