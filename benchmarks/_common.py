@@ -222,3 +222,24 @@ def _run_teeing_stderr(cmd: list[str], timeout: float, env: dict | None):
         for thread in threads:
             thread.join()
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
+
+
+def spawn_result(script: str, spec: dict, timeout: float) -> dict:
+    """``spawn_child``'s result with the child's wall time, or ``spec`` with a ``status``
+    ("timeout", "killed": SIGKILL, most likely out of memory, or "error") and the output's
+    tail when the child gave no result."""
+    start = time.perf_counter()
+    try:
+        child = spawn_child(script, spec, timeout, tee_stderr=True)
+    except subprocess.TimeoutExpired:
+        return spec | {"status": "timeout", "error": f"timed out after {timeout:g} s"}
+    wall = {"child_wall_s": time.perf_counter() - start, "other_cpu_share": child.other_cpu_share}
+    if child.result is not None:
+        return child.result | wall
+    code = child.proc.returncode
+    if code == -9:
+        status, why = "killed", "killed by SIGKILL (most likely out of memory)"
+    else:
+        status, why = "error", f"exit code {code}"
+    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
+    return spec | wall | {"status": status, "error": f"{why}: {tail}"}

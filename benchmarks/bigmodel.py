@@ -55,7 +55,6 @@ import json
 import math
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -66,7 +65,7 @@ from _common import (
     finish_machine_info,
     machine_info,
     print_result,
-    spawn_child,
+    spawn_result,
     write_json,
 )
 
@@ -386,21 +385,7 @@ def run_child_unguarded(spec: dict) -> dict:
 
 
 def spawn(spec: dict, args) -> dict:
-    start = time.perf_counter()
-    try:
-        child = spawn_child(__file__, spec, args.timeout, tee_stderr=True)
-    except subprocess.TimeoutExpired:
-        return spec | {"status": "timeout", "error": f"timed out after {args.timeout:g} s"}
-    wall = {"child_wall_s": time.perf_counter() - start, "other_cpu_share": child.other_cpu_share}
-    if child.result is not None:
-        return child.result | wall
-    code = child.proc.returncode
-    if code == -9:
-        status, why = "killed", "killed by SIGKILL (most likely out of memory)"
-    else:
-        status, why = "error", f"exit code {code}"
-    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
-    return spec | wall | {"status": status, "error": f"{why}: {tail}"}
+    return spawn_result(__file__, spec, args.timeout)
 
 
 def gib(x: float) -> str:
