@@ -228,6 +228,16 @@ def largest_divisor_at_most(n: int, limit: int) -> int:
     return max(k for k in range(1, limit + 1) if n % k == 0)
 
 
+def member_bytes(params: Params, dtypes: Params | None = None) -> int:
+    """Bytes one member holds while it is evaluated: itself in its dtypes (default: the
+    params' own) plus its float32 noise."""
+    dtypes = params if dtypes is None else dtypes
+    return sum(
+        math.prod(jnp.shape(x)) * (4 + jnp.dtype(t.dtype).itemsize)
+        for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(dtypes), strict=True)
+    )
+
+
 def check_memory_budget(memory_budget) -> int | None:
     """``None`` (the default budget) or a number of bytes >= 1."""
     return None if memory_budget is None else check_int("memory_budget", memory_budget, 1)
@@ -273,13 +283,8 @@ class Perturbations:
     def eval_chunk(self, params: Params, dtypes: Params | None = None, members: int = 0) -> int:
         """Members evaluated at once: the largest divisor of ``members`` (default ``P``) whose
         members (in their dtype, plus their float32 noise) fit in the budget."""
-        dtypes = params if dtypes is None else dtypes
-        per_member = sum(
-            math.prod(jnp.shape(x)) * (4 + jnp.dtype(t.dtype).itemsize)
-            for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(dtypes), strict=True)
-        )
         return largest_divisor_at_most(
-            members or self.population_size, self._fit("member", per_member)
+            members or self.population_size, self._fit("member", member_bytes(params, dtypes))
         )
 
     def tell_chunk(self, params: Params, dtypes: Params | None, squares: bool) -> int:

@@ -92,18 +92,23 @@ def from_module(
             f"policy: the module maps an observation of size {obs_size} to shape {out.shape}; "
             f"the environment needs ({action_size},)"
         )
-    # numpy constants: building a policy compiles nothing.
-    low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
-    high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))
+    scale = _to_action_range(action_size, action_low, action_high)
 
     def init(key):
         return module.init(key, jnp.zeros(obs_size))
 
     def apply(params, obs):
-        unit = module.apply(params, obs)
-        return low + (unit + 1.0) * 0.5 * (high - low)
+        return scale(module.apply(params, obs))
 
     return Policy(init, apply)
+
+
+def _to_action_range(action_size: int, action_low, action_high) -> Callable:
+    """Maps a module's output in [-1, 1] to ``[action_low, action_high]``."""
+    # numpy constants: building a policy compiles nothing.
+    low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
+    high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))
+    return lambda unit: low + (unit + 1.0) * 0.5 * (high - low)
 
 
 def linear(obs_size: int, action_size: int, action_low=-1.0, action_high=1.0) -> Policy:
@@ -186,8 +191,7 @@ def vbn_mlp(
             f"{tuple(hidden_sizes)}"
         )
     module = _VBNMLP(tuple(int(h) for h in hidden_sizes), action_size, ACTIVATIONS[activation])
-    low = np.broadcast_to(np.asarray(action_low, np.float32), (action_size,))
-    high = np.broadcast_to(np.asarray(action_high, np.float32), (action_size,))
+    scale = _to_action_range(action_size, action_low, action_high)
 
     def init(key):
         # Only the "params" collection: the statistics are measured, never searched.
@@ -198,7 +202,6 @@ def vbn_mlp(
         return {"params": params["params"], **stats}
 
     def apply(params, obs):
-        unit = module.apply(params, obs)
-        return low + (unit + 1.0) * 0.5 * (high - low)
+        return scale(module.apply(params, obs))
 
     return Policy(init, apply, prepare)

@@ -171,12 +171,7 @@ def subspace(
         return lift(state, strategy.best_params(state.inner))
 
     def eval_chunk(state: SubspaceState, members: int = 0) -> int:
-        per_member = sum(
-            math.prod(jnp.shape(x)) * (4 + jnp.dtype(t.dtype).itemsize)
-            for x, t in zip(
-                jax.tree.leaves(state.origin), jax.tree.leaves(state.dtypes), strict=True
-            )
-        )
+        per_member = noise_lib.member_bytes(state.origin, state.dtypes)
         count = members or strategy.population_size
         return noise_lib.largest_divisor_at_most(count, max(1, budget // per_member))
 
