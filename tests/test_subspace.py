@@ -137,3 +137,37 @@ def test_doubled_features_with_scaled_sigma_and_step_follow_the_original():
     assert original.mean(0)[-1] < 0.5 * original.mean(0)[0]  # it learns
     # Without the rescaling the doubled problem takes bigger steps: visibly different.
     assert np.max(np.abs(original.mean(0) - wrong.mean(0)) / stderr) > 6
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--subspace-dim", "0"], "subspace_dim: expected an int >= 1"),
+        (["--subspace-dim", "4", "--subspace-projection", "fastfood"], "subspace_projection:"),
+        (["--env", "fast", "--subspace-dim", "4"], "subspace_dim: 4 is more than the policy's 3"),
+    ],
+)
+def test_cli_bad_subspace_settings_are_one_line(capsys, tmp_path, flags, message):
+    from jaxes.cli import main
+
+    code = main(["train", *flags, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_jaxes_train_subspace_settings_reach_the_strategy_and_config_reads_back(tmp_path):
+    # Wiring only (jit(...).lower: traced, not compiled).
+    from jaxes.config import TrainConfig, build, read_config
+    from jaxes.step import generation_step
+
+    config = TrainConfig(env="fast", policy="mlp", subspace_dim=5, subspace_projection="sparse")
+    strategy, task = build(config)
+    state = runner.init_state(strategy, task, 0)
+    assert isinstance(state.strategy_state, subspace.SubspaceState)
+    assert state.strategy_state.inner.params.shape == (5,)
+    assert state.strategy_state.projection == "sparse"
+    jax.jit(generation_step(strategy, task)).lower(state)
+    path = tmp_path / "config.json"
+    path.write_text(config.to_json())
+    assert read_config(str(path)) == config

@@ -117,6 +117,18 @@ TRAIN_FLAGS = [
         int,
         "observations in the reference batch of --policy vbn_mlp",
     ),
+    (
+        "--subspace-dim",
+        "subspace_dim",
+        int,
+        "search a random K-dimensional subspace of the policy's parameters (intrinsic dimension)",
+    ),
+    (
+        "--subspace-projection",
+        "subspace_projection",
+        str,
+        "the subspace's projection: dense (small policies) or sparse",
+    ),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
     ("--policy", "policy", str, "linear, mlp or vbn_mlp (virtual batch normalisation)"),

@@ -13,7 +13,10 @@ import json
 import math
 from collections.abc import Callable
 
-from jaxes import presets, rundir, runner, shaping
+import jax
+
+from jaxes import presets, rundir, runner, shaping, trees
+from jaxes import subspace as subspace_lib
 from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
 from jaxes.strategies.common import NOISE_SOURCES
 from jaxes.tasks import brax as brax_tasks
@@ -64,7 +67,7 @@ STRATEGY_SETTINGS = (
     "noise_rank",
 )
 # Settings added after runs were first written: a config.json without one means its default.
-ADDED_LATER = ("noise_rank", "vbn_reference_size")
+ADDED_LATER = ("noise_rank", "vbn_reference_size", "subspace_dim", "subspace_projection")
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -131,6 +134,8 @@ class TrainConfig:
     episodes_per_member: int = 1
     action_repeat: int = 1
     vbn_reference_size: int = 128
+    subspace_dim: int | None = None
+    subspace_projection: str = "dense"
     eval_every: int | None = None
     eval_episodes: int | None = None
     checkpoint_every: int | None = None
@@ -165,9 +170,10 @@ class TrainConfig:
             runner.check_stops(self.timesteps, self.target_return)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        for name in ("backend", "policy", "noise"):
+        for name in ("backend", "policy", "noise", "subspace_projection"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name}: expected a string, got {getattr(self, name)!r}")
+        self._check_subspace()
         self._check_strategy_settings()
         if self.policy not in POLICIES:
             raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(POLICIES)}")
@@ -211,6 +217,16 @@ class TrainConfig:
             )
         if self.noise not in NOISE_SOURCES:
             raise ConfigError(f"noise: unknown {self.noise!r}; allowed: {list(NOISE_SOURCES)}")
+
+    def _check_subspace(self) -> None:
+        dim = self.subspace_dim
+        if dim is not None and (not _is_int(dim) or dim < 1):
+            raise ConfigError(f"subspace_dim: expected an int >= 1 (or unset), got {dim!r}")
+        if self.subspace_projection not in subspace_lib.PROJECTIONS:
+            raise ConfigError(
+                f"subspace_projection: unknown {self.subspace_projection!r}; allowed: "
+                f"{list(subspace_lib.PROJECTIONS)}"
+            )
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (what ``config.json`` holds)."""
@@ -322,4 +338,18 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         strategy = STRATEGIES[config.strategy](config.population_size, **settings)
     except ValueError as err:
         raise ConfigError(f"{config.strategy}: {err}") from err
+    if config.subspace_dim is not None:
+        strategy = _in_subspace(strategy, task, config)
     return strategy, task
+
+
+def _in_subspace(strategy: Strategy, task: Task, config: TrainConfig) -> Strategy:
+    """``strategy`` searching a random ``subspace_dim``-dimensional subspace of the policy's
+    parameters (``jaxes.subspace``), checked against the policy's size before anything runs."""
+    size = trees.num_params(jax.eval_shape(task.init_params, jax.random.key(0)))
+    if config.subspace_dim > size:
+        raise ConfigError(
+            f"subspace_dim: {config.subspace_dim} is more than the policy's {size} parameters; "
+            f"use 1 to {size}"
+        )
+    return subspace_lib.subspace(strategy, config.subspace_dim, config.subspace_projection)

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jaxes import noise as noise_lib
 from jaxes import trees
 from jaxes.checks import check_int
-from jaxes.types import Params, Strategy, StrategyTraits
+from jaxes.types import Params, Strategy
 
 PROJECTIONS = ("dense", "sparse")
 
@@ -175,9 +175,8 @@ def subspace(
         count = members or strategy.population_size
         return noise_lib.largest_divisor_at_most(count, max(1, budget // per_member))
 
-    traits = strategy.traits
-    if traits is not None:
-        traits = StrategyTraits(f"subspace({traits.name})", traits.antithetic, traits.rank_based)
+    # The traits (the name included) stay the wrapped strategy's: a run's config.json names the
+    # strategy that searches, and records the subspace apart (``TrainConfig.subspace_dim``).
     return Strategy(
         init=init,
         ask=ask,
@@ -187,5 +186,5 @@ def subspace(
         population_size=strategy.population_size,
         best_params=None if strategy.best_params is None else best_params,
         eval_chunk=eval_chunk,
-        traits=traits,
+        traits=strategy.traits,
     )
