@@ -49,7 +49,7 @@ import numpy as np
 import optax
 
 import jaxes
-from jaxes import factored
+from jaxes import factored, subspace
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -60,7 +60,8 @@ if os.environ.get("JAXES_CACHE_DIR"):
 class Config:
     """One training run of OpenAI-ES (Adam) on an MLP. ``noise`` is ``open_es``'s noise
     source and ``rank`` its rank (``"lowrank"`` only); ``cosine`` decays the learning rate to
-    0 along a cosine over the ``generations``."""
+    0 along a cosine over the ``generations``; ``subspace_dim`` k searches θ₀ + Π z, z ∈ R^k
+    (``jaxes.subspace``, for notebooks/07_intrinsic_dimension.ipynb) instead of all of θ."""
 
     name: str
     hidden: tuple[int, ...]
@@ -75,6 +76,7 @@ class Config:
     batch_size: int = 256
     eval_every: int = 5
     seed: int = 0
+    subspace_dim: int | None = None
 
     @property
     def layers(self) -> str:
@@ -159,7 +161,7 @@ def make_strategy(config: Config) -> jaxes.Strategy:
     lr = config.learning_rate
     if config.cosine:
         lr = optax.cosine_decay_schedule(lr, config.generations)
-    return jaxes.open_es(
+    es = jaxes.open_es(
         config.population,
         sigma=config.sigma,
         optimizer=optax.adam(lr),
@@ -169,6 +171,7 @@ def make_strategy(config: Config) -> jaxes.Strategy:
         # The best member of a noisy minibatch is not worth a copy of θ each generation.
         track_best=False,
     )
+    return es if config.subspace_dim is None else subspace.subspace(es, config.subspace_dim)
 
 
 def train(config: Config, data: dict[str, jax.Array] | None = None, verbose: bool = False):
