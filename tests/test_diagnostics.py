@@ -56,3 +56,20 @@ def test_bad_settings_name_the_argument():
         diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.1, jax.random.key(0), 7)
     with pytest.raises(ValueError, match=r"^sigma: expected a finite number > 0"):
         diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.0, jax.random.key(0), 8)
+
+
+def rippled(x):
+    # ∇F = 40 cos(40 x): ±40 at every point, while at σ = 1 the smoothed gradient is ~0.
+    return jnp.sum(jnp.sin(40.0 * x))
+
+
+def test_an_autodiff_average_that_pins_nothing_down_is_reported_and_warned_about():
+    es = jaxes.open_es(8, 1.0, noise="gaussian")
+    with pytest.warns(UserWarning, match=r"^gradient_alignment: .*rippled.* relative standard"):
+        noisy = diagnostics.gradient_alignment(es, jnp.zeros(4), rippled, 1.0,
+                                               jax.random.key(0), draws=2, samples=64)  # fmt: skip
+    assert noisy.gradient_error > diagnostics.RELIABLE_ERROR
+    # A quadratic's antithetic pairs average to its exact gradient: no error, no warning.
+    exact = diagnostics.gradient_alignment(es, jnp.zeros(20), quadratic, 0.1,
+                                           jax.random.key(0), draws=2, samples=8)  # fmt: skip
+    assert exact.gradient_error < 1e-4

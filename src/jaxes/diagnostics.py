@@ -8,6 +8,11 @@ direction a strategy's ``estimate`` returns from one population, over several in
 populations: the cosine between them (→ 1 as the population grows, for open_es) and the
 spread of the ES direction (its variance, the trace of its covariance over populations).
 
+The autodiff average is itself an estimate: where ``∇F`` is heavy-tailed (a long rollout's
+exploding gradients) ``samples`` gradients may not pin ``∇J`` down, and a cosine against it
+means little. ``gradient_alignment`` reports the average's relative standard error and warns
+when it exceeds ``RELIABLE_ERROR``.
+
 Example:
   >>> import jax, jax.numpy as jnp, jaxes
   >>> f = lambda x: -jnp.sum((x - 1.0) ** 2)
@@ -20,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,6 +38,9 @@ from jaxes.checks import check_int, check_positive
 from jaxes.trees import check_params
 from jaxes.types import Params, Strategy
 
+# Above this relative standard error the smoothed gradient is too uncertain to compare with.
+RELIABLE_ERROR = 0.5
+
 
 class Alignment(NamedTuple):
     """What ``gradient_alignment`` measured (NumPy scalars and arrays).
@@ -43,6 +52,8 @@ class Alignment(NamedTuple):
       direction_variance: the trace of the ES direction's covariance over populations.
       direction_norm: the norm of the mean ES direction.
       gradient_norm: the norm of the smoothed gradient.
+      gradient_error: its relative standard error, ‖standard error‖ / ‖mean‖ over the
+        antithetic pairs' averages (above ``RELIABLE_ERROR`` the cosines are not to be trusted).
       gradient: the smoothed gradient (a pytree like the params).
     """
 
@@ -52,6 +63,7 @@ class Alignment(NamedTuple):
     direction_variance: float
     direction_norm: float
     gradient_norm: float
+    gradient_error: float
     gradient: Params
 
 
@@ -69,6 +81,12 @@ def smoothed_gradient(
     """``E_ε[∇F(θ + σε)]`` by autodiff, averaged over ``samples`` points in antithetic pairs
     (``samples`` even). Refuses a fitness whose gradient ``jax.grad`` cannot take or that is
     zero or not finite at every sampled point (argmax, comparisons, integer outputs)."""
+    gradient, _ = _smoothed_gradient(fitness_fn, params, sigma, key, samples)
+    return gradient
+
+
+def _smoothed_gradient(fitness_fn, params, sigma, key, samples) -> tuple[Params, float]:
+    """The smoothed gradient and its relative standard error (over antithetic pairs)."""
     samples = check_int("samples", samples, 2)
     if samples % 2:
         raise ValueError(f"samples: expected an even count (antithetic pairs), got {samples}")
@@ -98,7 +116,12 @@ def smoothed_gradient(
             "sampled point, so it is not differentiable in a way jax.grad sees (argmax, "
             "comparisons, rounding); the diagnostics need a differentiable fitness"
         )
-    return unravel(jnp.asarray(grads.mean(axis=0), flat.dtype))
+    pairs = (grads[: samples // 2].astype(np.float64) + grads[samples // 2 :]) / 2
+    mean = pairs.mean(axis=0)
+    stderr = np.sqrt(pairs.var(axis=0, ddof=1).sum() / pairs.shape[0])
+    norm = np.linalg.norm(mean)
+    error = float(stderr / norm) if norm > 0 else float("inf")
+    return unravel(jnp.asarray(mean, flat.dtype)), error
 
 
 def gradient_alignment(
@@ -126,7 +149,15 @@ def gradient_alignment(
     """
     draws = check_int("draws", draws, 2)
     grad_key, es_key = jax.random.split(key)
-    gradient = smoothed_gradient(fitness_fn, params, sigma, grad_key, samples)
+    gradient, error = _smoothed_gradient(fitness_fn, params, sigma, grad_key, samples)
+    if not error <= RELIABLE_ERROR:
+        warnings.warn(
+            f"gradient_alignment: the autodiff average of {_name(fitness_fn)}'s gradient has a "
+            f"relative standard error of {error:.2f} (> {RELIABLE_ERROR}), so it does not pin "
+            "down the smoothed gradient and the cosines against it are unreliable; raise "
+            "samples, or shorten what makes the gradients heavy-tailed",
+            stacklevel=2,
+        )
     state = strategy.init(jax.random.key(0), params)
 
     @jax.jit
@@ -149,5 +180,6 @@ def gradient_alignment(
         direction_variance=float(d.var(axis=0, ddof=1).sum()),
         direction_norm=float(np.linalg.norm(d.mean(axis=0))),
         gradient_norm=float(np.linalg.norm(g)),
+        gradient_error=error,
         gradient=gradient,
     )
