@@ -152,3 +152,12 @@ def test_generation_step_composes_with_scan():
 def test_bad_config(changes, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**{**TINY, **changes})
+
+
+def test_a_preset_checkpoint_cadence_follows_the_eval_every_a_user_chose():
+    # halfcheetah's preset checkpoints every 10; a user's --eval-every 4 rounds it up to 12
+    # instead of failing on a setting the user never gave. An explicit one is still checked.
+    assert TrainConfig(env="halfcheetah", eval_every=4).checkpoint_every == 12
+    assert TrainConfig(env="halfcheetah", eval_every=5).checkpoint_every == 10
+    with pytest.raises(ValueError, match=r"checkpoint_every: must be a multiple of eval_every"):
+        TrainConfig(env="halfcheetah", eval_every=4, checkpoint_every=10)

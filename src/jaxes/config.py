@@ -192,9 +192,16 @@ class TrainConfig:
             raise ConfigError(str(err)) from None
 
     def _fill_from_preset(self) -> None:
+        filled = set()
         for name, value in presets.preset(self.env, self.strategy).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+                filled.add(name)
+        every, cadence = self.checkpoint_every, self.eval_every
+        if "checkpoint_every" in filled and _is_int(cadence) and cadence >= 1 and every % cadence:
+            # Checkpoints fall on block ends: the preset's cadence, rounded up to the
+            # --eval-every the user chose, rather than an error about a setting they never set.
+            object.__setattr__(self, "checkpoint_every", -(-every // cadence) * cadence)
         for name in ("sigma", "learning_rate", "l2_coeff", "fitness_shaping"):
             if getattr(self, name) is None and takes(self.strategy, name):
                 object.__setattr__(self, name, strategy_default(self.strategy, name))
