@@ -15,8 +15,9 @@ def quadratic(x):
     return -0.5 * (x - 1.0) @ H @ (x - 1.0)
 
 
-def test_smoothed_gradient_of_a_quadratic_is_its_gradient():
-    g = diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.3, jax.random.key(0), 512)
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_smoothed_gradient_of_a_quadratic_is_its_gradient(mode):
+    g = diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.3, jax.random.key(0), 512, mode)
     np.testing.assert_allclose(g, H @ jnp.ones(20), rtol=1e-4)  # antithetic: exact here
 
 
@@ -56,6 +57,10 @@ def test_bad_settings_name_the_argument():
         diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.1, jax.random.key(0), 7)
     with pytest.raises(ValueError, match=r"^sigma: expected a finite number > 0"):
         diagnostics.smoothed_gradient(quadratic, jnp.zeros(20), 0.0, jax.random.key(0), 8)
+    with pytest.raises(ValueError, match=r"^mode: unknown 'backward'; allowed"):
+        diagnostics.smoothed_gradient(
+            quadratic, jnp.zeros(2), 0.1, jax.random.key(0), 8, "backward"
+        )
 
 
 def rippled(x):

@@ -75,18 +75,33 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
+MODES = ("reverse", "forward")
+
+
 def smoothed_gradient(
-    fitness_fn: Callable[[Params], jax.Array], params: Params, sigma, key, samples: int = 1024
+    fitness_fn: Callable[[Params], jax.Array],
+    params: Params,
+    sigma,
+    key,
+    samples: int = 1024,
+    mode: str = "reverse",
 ) -> Params:
     """``E_ε[∇F(θ + σε)]`` by autodiff, averaged over ``samples`` points in antithetic pairs
     (``samples`` even). Refuses a fitness whose gradient ``jax.grad`` cannot take or that is
-    zero or not finite at every sampled point (argmax, comparisons, integer outputs)."""
-    gradient, _ = _smoothed_gradient(fitness_fn, params, sigma, key, samples)
+    zero or not finite at every sampled point (argmax, comparisons, integer outputs).
+
+    ``mode="forward"`` takes each gradient with ``jax.jacfwd`` (one JVP per parameter):
+    cheaper than reverse mode for a small policy over a long rollout, whose reverse pass must
+    keep every step's state."""
+    gradient, _ = _smoothed_gradient(fitness_fn, params, sigma, key, samples, mode)
     return gradient
 
 
-def _smoothed_gradient(fitness_fn, params, sigma, key, samples) -> tuple[Params, float]:
+def _smoothed_gradient(fitness_fn, params, sigma, key, samples, mode) -> tuple[Params, float]:
     """The smoothed gradient and its relative standard error (over antithetic pairs)."""
+    if mode not in MODES:
+        raise ValueError(f"mode: unknown {mode!r}; allowed: {list(MODES)}")
+    derivative = jax.grad if mode == "reverse" else jax.jacfwd
     samples = check_int("samples", samples, 2)
     if samples % 2:
         raise ValueError(f"samples: expected an even count (antithetic pairs), got {samples}")
@@ -95,7 +110,7 @@ def _smoothed_gradient(fitness_fn, params, sigma, key, samples) -> tuple[Params,
     flat, unravel = jax.flatten_util.ravel_pytree(params)
 
     def grad_at(eps):
-        return _flat(jax.grad(lambda x: fitness_fn(unravel(x)))(flat + sigma * eps))
+        return _flat(derivative(lambda x: fitness_fn(unravel(x)))(flat + sigma * eps))
 
     @jax.jit
     def gradients(key):
@@ -133,6 +148,7 @@ def gradient_alignment(
     *,
     draws: int = 32,
     samples: int = 1024,
+    mode: str = "reverse",
 ) -> Alignment:
     """The cosine between ``strategy``'s ascent direction (``estimate`` on one population at
     ``params``) and the smoothed gradient at scale ``sigma`` (the σ the strategy samples
@@ -146,10 +162,11 @@ def gradient_alignment(
       key: PRNG key.
       draws: independent populations (>= 2).
       samples: autodiff gradients averaged for the smoothed gradient (even).
+      mode: ``"reverse"`` (``jax.grad``) or ``"forward"`` (``jax.jacfwd``) autodiff.
     """
     draws = check_int("draws", draws, 2)
     grad_key, es_key = jax.random.split(key)
-    gradient, error = _smoothed_gradient(fitness_fn, params, sigma, grad_key, samples)
+    gradient, error = _smoothed_gradient(fitness_fn, params, sigma, grad_key, samples, mode)
     if not error <= RELIABLE_ERROR:
         warnings.warn(
             f"gradient_alignment: the autodiff average of {_name(fitness_fn)}'s gradient has a "
