@@ -361,7 +361,9 @@ def jaxes_command(env: str, seeds: str, timesteps: int, run_dir: Path, resume: b
 
 
 def seed_progress(run_dir: Path, seeds: list[int]) -> tuple[int, float | None]:
-    """The env steps every seed has reached, and the median of their last evaluations."""
+    """The env steps of the furthest seed (a seed that reached the last score stops early, so
+    the slowest says nothing of the sitting's progress), and the median of the seeds' last
+    evaluations."""
     steps, last = [], []
     for directory in seed_dirs(run_dir, seeds):
         lines = read_metrics(directory / "metrics.jsonl")
@@ -369,7 +371,7 @@ def seed_progress(run_dir: Path, seeds: list[int]) -> tuple[int, float | None]:
         curve = eval_curve(lines)
         if curve:
             last.append(curve[-1][1])
-    return min(steps), (statistics.median(last) if last else None)
+    return max(steps), (statistics.median(last) if last else None)
 
 
 def run_sitting(cmd: list, log_path: Path, wall_left_s: float, label: str, run_dir, seeds):
@@ -412,7 +414,7 @@ def watch(proc, start: float, wall_left_s: float, label: str, run_dir, seeds) ->
             last_text = "-" if last is None else f"{last:.1f}"
             print(
                 f"  {label}: {now - start:.0f} s of {wall_left_s:.0f} s, env steps "
-                f"{sci(steps)}, median last eval {last_text}",
+                f"{sci(steps)} (furthest seed), median last eval {last_text}",
                 flush=True,
             )
     return False
