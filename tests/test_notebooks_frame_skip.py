@@ -5,9 +5,7 @@ import math
 import re
 
 import pytest
-from notebook_runner import images, run_notebook
-
-NUMBER = r"(-?[0-9][0-9.eE+-]*)"
+from notebook_runner import NUMBER, images, run_notebook
 
 
 @pytest.mark.slow
