@@ -12,8 +12,12 @@ fresh process with the persistent compilation cache off (so nothing is reused):
 
 and reports lowering (jaxpr → StableHLO) and XLA compile seconds for each, with the settings
 of `benchmarks/brax_vs_brax_es.py` (inverted_pendulum, spring, 200-step episodes, P = 64,
-(32, 32) MLP, 8 evaluation episodes). The difference `block - train_scan` is what the
-evaluation adds to the program; `train_scan - generation` what fusing generations adds.
+(32, 32) MLP, 8 evaluation episodes). Every piece is compiled twice, in interleaved fresh
+processes: with the XLA options the runner compiles with (`jaxes.compilation.CPU_OPTIONS`,
+given to the child as XLA_FLAGS) and with XLA's defaults; each child also times 5 calls of
+its program, so the two can be compared at run time too. The difference `block - train_scan`
+is what the evaluation adds to the program; `train_scan - generation` what fusing generations
+adds.
 
 Run:
   .venv/bin/python benchmarks/compile_profile.py            # writes results/compile_profile.json
@@ -30,8 +34,10 @@ import sys
 import time
 
 from _common import RESULTS, machine_info, print_result, quiet_import, spawn_child, write_json
+from brax_vs_brax_es import jaxes_xla_flags
 
 PIECES = ("block", "train_scan", "evaluation", "generation", "rollout")
+OPTIONS = ("jaxes", "xla_defaults")
 
 
 def child(piece: str) -> dict:
@@ -72,9 +78,19 @@ def child(piece: str) -> dict:
     start = time.perf_counter()
     lowered = fn.lower(*args)
     lowered_at = time.perf_counter()
-    lowered.compile()
+    compiled = lowered.compile()
     done = time.perf_counter()
-    return {"lower_s": round(lowered_at - start, 3), "compile_s": round(done - lowered_at, 3)}
+    jax.block_until_ready(compiled(*args))  # nothing is donated: the same inputs each call
+    calls = time.perf_counter()
+    for _ in range(5):
+        out = compiled(*args)
+    jax.block_until_ready(out)
+    run_s = (time.perf_counter() - calls) / 5
+    return {
+        "lower_s": round(lowered_at - start, 3),
+        "compile_s": round(done - lowered_at, 3),
+        "run_s": round(run_s, 4),
+    }
 
 
 def main() -> None:
@@ -90,19 +106,28 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     rows = {}
     for piece in PIECES:
-        runs = []
+        runs = {name: [] for name in OPTIONS}
         for _ in range(args.repeats):
-            done = spawn_child(__file__, {"piece": piece}, timeout=900, env=env)
-            if done.result is None:
-                raise RuntimeError(f"{piece}: the child failed:\n{done.proc.stderr[-2000:]}")
-            runs.append(done.result)
+            for name in OPTIONS:
+                spec = {"piece": piece}
+                flags = {"jaxes": jaxes_xla_flags(), "xla_defaults": ""}[name]
+                done = spawn_child(__file__, spec, timeout=900, env={**env, "XLA_FLAGS": flags})
+                if done.result is None:
+                    raise RuntimeError(f"{spec}: the child failed:\n{done.proc.stderr[-2000:]}")
+                runs[name].append(done.result)
         rows[piece] = {
-            "lower_s": statistics.median(r["lower_s"] for r in runs),
-            "compile_s": statistics.median(r["compile_s"] for r in runs),
-            "runs": runs,
+            name: {
+                field: statistics.median(r[field] for r in runs[name])
+                for field in ("lower_s", "compile_s", "run_s")
+            }
+            | {"runs": runs[name]}
+            for name in OPTIONS
         }
-        print(f"{piece:>12}: lower {rows[piece]['lower_s']:6.2f} s  "
-              f"compile {rows[piece]['compile_s']:6.2f} s", flush=True)  # fmt: skip
+        ours, xla = rows[piece]["jaxes"], rows[piece]["xla_defaults"]
+        print(f"{piece:>12}: lower {ours['lower_s']:5.2f} s, compile {ours['compile_s']:6.2f} s "
+              f"(XLA defaults {xla['compile_s']:6.2f} s, ratio "
+              f"{ours['compile_s'] / xla['compile_s']:.2f}), run {1e3 * ours['run_s']:7.1f} ms "
+              f"(defaults {1e3 * xla['run_s']:7.1f} ms)", flush=True)  # fmt: skip
     write_json(args.out, {"machine": info, "pieces": rows})
 
 

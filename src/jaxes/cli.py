@@ -372,14 +372,14 @@ def _eval(args) -> int:
     import jax
     import numpy as np
 
+    from jaxes import compilation
     from jaxes.strategies.common import centre
 
     config, task, step, state = _loaded(args)
-    returns = np.asarray(
-        jax.jit(task.evaluate_policy)(
-            jax.random.key(args.seed), centre(state.strategy_state), state.task_state
-        )
-    )
+    inputs = (jax.random.key(args.seed), centre(state.strategy_state), state.task_state)
+    # Compiled as training compiles its evaluation.
+    evaluate = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))
+    returns = np.asarray(evaluate(*inputs))
     print(
         f"{config.env}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
         f"over {config.eval_episodes} episodes of up to {config.episode_length} steps"

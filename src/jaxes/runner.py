@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes import checkpoint, rundir
+from jaxes import checkpoint, compilation, rundir
 from jaxes.checkpoint import is_key, rewrap_keys, unwrap_keys
 from jaxes.checks import check_int
 from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
@@ -838,12 +838,12 @@ def _compile_block(job: _Job, length: int, lanes, stoppable: bool, args, evaluat
         # releases, so the block's compile (the longer one) starts first.
         def compile_evaluation():
             evaluation_fn = eval_runner(job.strategy, job.task, job.mesh, lanes=lanes)
-            return evaluation_fn.lower(*args[:2]).compile()
+            return compilation.compile(evaluation_fn.lower(*args[:2]))
 
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxes-compile")
         evaluation["program"] = pool.submit(compile_evaluation)
         pool.shutdown(wait=False)
-    compiled = lowered.compile()
+    compiled = compilation.compile(lowered)
     evaluation["program"].result()  # a compile error surfaces here, before the first block
     return compiled
 

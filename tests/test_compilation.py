@@ -1,0 +1,45 @@
+"""The runner compiles its programs with ``jaxes.compilation``'s XLA options on the CPU."""
+
+import io
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxes
+from jaxes import compilation, runner
+from jaxes.tasks.functions import function_task
+
+
+@pytest.fixture
+def unknown_option(monkeypatch):
+    # XLA rejects an option it does not know when it compiles: proof the options reach it.
+    monkeypatch.setattr(compilation, "CPU_OPTIONS", {"jaxes_test_no_such_option": True})
+
+
+def test_the_cpu_options_turn_xlas_fusion_emitters_off():
+    assert jax.default_backend() == "cpu"
+    assert compilation.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+
+
+def test_empty_options_give_xlas_defaults(monkeypatch):
+    monkeypatch.setattr(compilation, "CPU_OPTIONS", {})
+    assert compilation.compiler_options() is None
+    assert compilation.compile(jax.jit(jnp.sin).lower(jnp.zeros(2)))(jnp.zeros(2)).tolist() == [
+        0.0,
+        0.0,
+    ]
+
+
+def test_options_reach_xla_and_only_where_jaxes_compiles(unknown_option, tmp_path):
+    with pytest.raises(Exception, match="jaxes_test_no_such_option"):
+        compilation.compile(jax.jit(jnp.sin).lower(jnp.zeros(2)))
+    assert jax.jit(jnp.cos)(jnp.zeros(2)).tolist() == [1.0, 1.0]  # users' own jit: untouched
+    es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+    state = runner.init_state(es, task, 0)  # XLA's defaults: it also runs inside users' jits
+    assert jax.eval_shape(lambda: runner.init_state(es, task, 0)).generation.shape == ()
+    with pytest.raises(Exception, match="jaxes_test_no_such_option"):
+        runner.run(
+            es, task, str(tmp_path / "run"), generations=2, eval_every=2, stream=io.StringIO()
+        )
+    assert int(state.generation) == 0
