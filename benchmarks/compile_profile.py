@@ -22,6 +22,7 @@ adds.
 Run:
   .venv/bin/python benchmarks/compile_profile.py            # writes results/compile_profile.json
   .venv/bin/python benchmarks/compile_profile.py --repeats 3
+  .venv/bin/python benchmarks/compile_profile.py --env hopper --pieces train_scan --calls 3
 """
 
 from __future__ import annotations
@@ -40,18 +41,18 @@ PIECES = ("block", "train_scan", "evaluation", "generation", "rollout")
 OPTIONS = ("jaxes", "xla_defaults")
 
 
-def child(piece: str) -> dict:
+def child(piece: str, env: str | None, calls: int) -> dict:
     jax = quiet_import("brax.envs", "jaxes.train")
     if jax.config.jax_compilation_cache_dir is not None:
         raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
     from brax_vs_brax_es import jaxes_config
 
     from jaxes import runner
-    from jaxes.config import build
+    from jaxes.config import TrainConfig, build
     from jaxes.step import generation_step
     from jaxes.strategies.common import centre
 
-    strategy, task = build(jaxes_config(0, 100))
+    strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig(env=env))
     state = runner.init_state(strategy, task, 0)
     key = runner.eval_key(0, 5)
     length = 5
@@ -80,12 +81,14 @@ def child(piece: str) -> dict:
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
-    jax.block_until_ready(compiled(*args))  # nothing is donated: the same inputs each call
-    calls = time.perf_counter()
-    for _ in range(5):
-        out = compiled(*args)
+    # A fresh copy of the inputs per call, made before the clock starts: "block" donates them.
+    inputs = [jax.tree.map(lambda x: x.copy(), args) for _ in range(calls + 1)]
+    jax.block_until_ready(compiled(*inputs.pop()))
+    clock = time.perf_counter()
+    for _ in range(calls):
+        out = compiled(*inputs.pop())
     jax.block_until_ready(out)
-    run_s = (time.perf_counter() - calls) / 5
+    run_s = (time.perf_counter() - clock) / calls
     return {
         "lower_s": round(lowered_at - start, 3),
         "compile_s": round(done - lowered_at, 3),
@@ -96,20 +99,29 @@ def child(piece: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per piece")
-    parser.add_argument("--out", default=str(RESULTS / "compile_profile.json"))
+    parser.add_argument("--env", help="an env's preset (`jaxes train --env ENV`) instead")
+    parser.add_argument("--pieces", default=",".join(PIECES), help="comma-separated")
+    parser.add_argument("--calls", type=int, default=5, help="timed calls per program")
+    parser.add_argument("--out", default=None, help="default results/compile_profile[_ENV].json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print_result(child(json.loads(args.child)["piece"]))
+        print_result(child(**json.loads(args.child)))
         return
+    pieces = args.pieces.split(",")
+    unknown = sorted(set(pieces) - set(PIECES))
+    if unknown:
+        parser.error(f"--pieces: unknown {unknown}; allowed: {list(PIECES)}")
+    name = "compile_profile" + (f"_{args.env}" if args.env else "")
+    out = args.out or str(RESULTS / f"{name}.json")
     info = machine_info(["benchmarks/compile_profile.py", *sys.argv[1:]])
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     rows = {}
-    for piece in PIECES:
+    for piece in pieces:
         runs = {name: [] for name in OPTIONS}
         for _ in range(args.repeats):
             for name in OPTIONS:
-                spec = {"piece": piece}
+                spec = {"piece": piece, "env": args.env, "calls": args.calls}
                 flags = {"jaxes": jaxes_xla_flags(), "xla_defaults": ""}[name]
                 done = spawn_child(__file__, spec, timeout=900, env={**env, "XLA_FLAGS": flags})
                 if done.result is None:
@@ -128,7 +140,7 @@ def main() -> None:
               f"(XLA defaults {xla['compile_s']:6.2f} s, ratio "
               f"{ours['compile_s'] / xla['compile_s']:.2f}), run {1e3 * ours['run_s']:7.1f} ms "
               f"(defaults {1e3 * xla['run_s']:7.1f} ms)", flush=True)  # fmt: skip
-    write_json(args.out, {"machine": info, "pieces": rows})
+    write_json(out, {"machine": info, "env": args.env or "brax_vs_brax_es", "pieces": rows})
 
 
 if __name__ == "__main__":
