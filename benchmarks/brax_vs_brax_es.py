@@ -32,7 +32,9 @@ What it measures (all on this machine, in one run):
    `lax.scan` (what `jaxes train` runs) against the same `EVAL_EVERY` rollouts in one
    program (`lax.map`), and one jitted `generation_step` against one jitted rollout. Timed at a
    fresh state (short episodes) and after `--overhead-train` generations (long ones);
-   median of `--reps` interleaved calls after warm-up. Also ask + tell alone.
+   median of `--reps` interleaved calls after warm-up. Also ask + tell alone. All of it
+   twice, in two processes: with jaxes' XLA options (what training runs) and with XLA's
+   defaults.
 
 3. Env steps that the early exit saves on `hopper` (spring, 1000-step episodes, MLP, P=64)
    in generations 0-5 of `open_es`: `info.env_steps` of the chunked rollout against the
@@ -424,6 +426,7 @@ CHILDREN = {
     "brax": solve_brax,
     "brax_jaxes_xla": solve_brax,  # the same run, its process given jaxes' XLA options
     "overhead": overhead,
+    "overhead_xla_defaults": overhead,  # the same, its process left with XLA's defaults
     "hopper": hopper,
 }
 
@@ -595,15 +598,16 @@ def format_report(result: dict) -> str:
         f"same {EVAL_EVERY} rollouts in one program; and one jitted generation vs one rollout",
         f"{'gen':>4}  {'env steps':>9}  {'alive':>6}  {'block ms':>8}  {'rollouts ms':>11}  "
         f"{'ratio':>6}  {'1 gen ms':>8}  {'1 rollout ms':>12}  {'ratio':>6}  "
-        f"{'ask+tell ms':>11}",
+        f"{'ask+tell ms':>11}  XLA options",
     ]
-    for r in result["overhead"]["rows"]:
-        lines.append(
-            f"{r['generation']:>4}  {r['env_steps']:>9}  {r['alive_steps']:>6}  "
-            f"{r['block_s'] * 1e3:8.2f}  {r['rollouts_s'] * 1e3:11.2f}  {r['ratio']:6.3f}  "
-            f"{r['single_generation_s'] * 1e3:8.2f}  {r['single_rollout_s'] * 1e3:12.2f}  "
-            f"{r['single_ratio']:6.3f}  {r['ask_tell_s'] * 1e3:11.3f}"
-        )
+    for kind, label in (("overhead", "jaxes'"), ("overhead_xla_defaults", "defaults")):
+        for r in result[kind]["rows"]:
+            lines.append(
+                f"{r['generation']:>4}  {r['env_steps']:>9}  {r['alive_steps']:>6}  "
+                f"{r['block_s'] * 1e3:8.2f}  {r['rollouts_s'] * 1e3:11.2f}  {r['ratio']:6.3f}  "
+                f"{r['single_generation_s'] * 1e3:8.2f}  {r['single_rollout_s'] * 1e3:12.2f}  "
+                f"{r['single_ratio']:6.3f}  {r['ask_tell_s'] * 1e3:11.3f}  {label}"
+            )
     hop = result["hopper"]
     lines += [
         "",
@@ -684,8 +688,9 @@ def main(argv: list[str]) -> None:
     runs = solve_runs(args.seeds, args.generations, args.timeout)
     result["solve"] = {"runs": runs, "summary": solve_summary(runs)}
     print("2. ES overhead")
-    spec = {"kind": "overhead", "train_generations": args.overhead_train, "reps": args.reps}
-    result["overhead"] = spawn(spec, args.timeout)
+    for kind in ("overhead", "overhead_xla_defaults"):  # what training runs, then XLA's own
+        spec = {"kind": kind, "train_generations": args.overhead_train, "reps": args.reps}
+        result[kind] = spawn(spec, args.timeout)
     print("3. hopper early exit")
     reps = max(3, args.reps // 5)
     spec = {"kind": "hopper", "generations": args.hopper_generations, "reps": reps}
