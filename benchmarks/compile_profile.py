@@ -14,10 +14,10 @@ and reports lowering (jaxpr → StableHLO) and XLA compile seconds for each, wit
 of `benchmarks/brax_vs_brax_es.py` (inverted_pendulum, spring, 200-step episodes, P = 64,
 (32, 32) MLP, 8 evaluation episodes). Every piece is compiled twice, in interleaved fresh
 processes: with the XLA options the runner compiles with (`jaxes.compilation.CPU_OPTIONS`,
-given to the child as XLA_FLAGS) and with XLA's defaults; each child also times 5 calls of
-its program, so the two can be compared at run time too. The difference `block - train_scan`
-is what the evaluation adds to the program; `train_scan - generation` what fusing generations
-adds.
+given to the child as XLA_FLAGS) and with XLA's defaults; each child also times `--calls`
+calls (5 by default) of its program, so the two can be compared at run time too. The
+difference `block - train_scan` is what the evaluation adds to the program; `train_scan -
+generation` what fusing generations adds.
 
 Run:
   .venv/bin/python benchmarks/compile_profile.py            # writes results/compile_profile.json

@@ -11,12 +11,6 @@ from jaxes import compilation, runner
 from jaxes.tasks.functions import function_task
 
 
-@pytest.fixture
-def unknown_option(monkeypatch):
-    # XLA rejects an option it does not know when it compiles: proof the options reach it.
-    monkeypatch.setattr(compilation, "CPU_OPTIONS", {"jaxes_test_no_such_option": True})
-
-
 def test_the_cpu_options_turn_xlas_fusion_emitters_off():
     assert jax.default_backend() == "cpu"
     assert compilation.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
@@ -25,21 +19,31 @@ def test_the_cpu_options_turn_xlas_fusion_emitters_off():
 def test_empty_options_give_xlas_defaults(monkeypatch):
     monkeypatch.setattr(compilation, "CPU_OPTIONS", {})
     assert compilation.compiler_options() is None
-    assert compilation.compile(jax.jit(jnp.sin).lower(jnp.zeros(2)))(jnp.zeros(2)).tolist() == [
-        0.0,
-        0.0,
-    ]
+    program = compilation.compile(jax.jit(jnp.sin).lower(jnp.zeros(2)))
+    assert program(jnp.zeros(2)).tolist() == [0.0, 0.0]
 
 
-def test_options_reach_xla_and_only_where_jaxes_compiles(unknown_option, tmp_path):
+def test_options_reach_xla_and_only_where_jaxes_compiles(monkeypatch):
+    # XLA rejects an option it does not know when it compiles: proof the options reach it.
+    monkeypatch.setattr(compilation, "CPU_OPTIONS", {"jaxes_test_no_such_option": True})
     with pytest.raises(Exception, match="jaxes_test_no_such_option"):
         compilation.compile(jax.jit(jnp.sin).lower(jnp.zeros(2)))
     assert jax.jit(jnp.cos)(jnp.zeros(2)).tolist() == [1.0, 1.0]  # users' own jit: untouched
     es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
-    state = runner.init_state(es, task, 0)  # XLA's defaults: it also runs inside users' jits
+    # XLA's defaults: init_state also runs inside users' jits and eval_shape.
+    assert int(runner.init_state(es, task, 0).generation) == 0
     assert jax.eval_shape(lambda: runner.init_state(es, task, 0)).generation.shape == ()
-    with pytest.raises(Exception, match="jaxes_test_no_such_option"):
-        runner.run(
-            es, task, str(tmp_path / "run"), generations=2, eval_every=2, stream=io.StringIO()
-        )
-    assert int(state.generation) == 0
+
+
+def test_the_runner_compiles_its_block_and_evaluation_with_them(monkeypatch, tmp_path):
+    compiled = []
+    real = compilation.compile
+
+    def spy(lowered):
+        compiled.append(lowered.as_text().split(maxsplit=2)[1])  # "module @jit_<name> ..."
+        return real(lowered)
+
+    monkeypatch.setattr(compilation, "compile", spy)
+    es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
+    runner.run(es, task, str(tmp_path / "run"), generations=2, eval_every=2, stream=io.StringIO())
+    assert sorted(compiled) == ["@jit_evaluation", "@jit_train"], compiled
