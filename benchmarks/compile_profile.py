@@ -108,6 +108,8 @@ def main() -> None:
     if args.child:
         print_result(child(**json.loads(args.child)))
         return
+    if args.calls < 1 or args.repeats < 1:
+        parser.error("--calls and --repeats: expected ints >= 1")
     pieces = args.pieces.split(",")
     unknown = sorted(set(pieces) - set(PIECES))
     if unknown:
