@@ -86,7 +86,7 @@ def test_bad_settings(capsys, tmp_path, flags, match):
     "text, match",
     [
         ("sigmaa = 0.1\n", "unknown settings ['sigmaa']"),
-        ('population_size = "many"\n', "population_size: expected an int >= 1, got 'many'"),
+        ('population_size = "many"\n', "population_size: expected an int >= 2, got 'many'"),
         ("sigma = \n", "not valid TOML"),
     ],
 )

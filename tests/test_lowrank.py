@@ -35,7 +35,7 @@ def test_second_moments_are_the_identity():
 
     @jax.jit
     def second_moments(keys):
-        eps = jax.vmap(lambda k: ravel_pytree(src.sample(None, k, like))[0])(keys)
+        eps = jax.vmap(lambda k: ravel_pytree(src.sample(None, k, 0, like))[0])(keys)
         outer = eps[:, :, None] * eps[:, None, :]
         return outer.mean(0), outer.std(0) / np.sqrt(draws), eps[:, -12:]  # "w" sorts last
 
@@ -50,7 +50,7 @@ def test_second_moments_are_the_identity():
 
 
 def test_rank_is_clamped_per_leaf_and_must_be_positive():
-    f = lowrank.lowrank(4).factors(None, jax.random.key(0), {"w": jnp.zeros((2, 5))})
+    f = lowrank.lowrank(4).factors(None, jax.random.key(0), 0, {"w": jnp.zeros((2, 5))})
     assert f["w"].a.shape == (2, 2) and f["w"].b.shape == (5, 2)
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match=r"^noise_rank: expected an int >= 1"):

@@ -43,18 +43,71 @@ def test_antithetic_members_come_in_signed_pairs():
     assert float(jnp.min(jnp.abs(pop["w"][0] - pop["w"][2]))) > 0  # pairs differ
 
 
-def test_table_blocks_are_slices_of_the_table():
-    # 50 floats, 8 parameters: one block (a window of 8).  20 floats: blocks of 10 > 8 -> one.
-    # 10 floats: blocks of 5, so the 8 parameters read two windows at their own offsets.
-    for size, block in ((50, 8), (10, 5)):
-        recipe = noise.Perturbations(noise.noise_table(size), 4, True)
-        table = np.asarray(recipe.source.init(jax.random.key(0), LIKE).values)
-        eps = recipe.base(recipe.source.init(jax.random.key(0), LIKE), jax.random.key(2), 0, LIKE)
-        flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(eps)])
-        windows = np.lib.stride_tricks.sliding_window_view(table, block)
-        for start in range(0, flat.size, block):
-            part = flat[start : start + block]
-            assert np.any(np.all(windows[:, : part.size] == part, axis=1))
+def numbered_table(size: int) -> noise.Table:
+    """A table whose value at position k is k, so a window names its offset."""
+    return noise.Table(jnp.arange(size, dtype=jnp.float32))
+
+
+def window_offsets(size: int, dim: int, keys, j) -> np.ndarray:
+    """``(len(keys), blocks)`` start offsets of base ``j``'s blocks, one row per key, checking
+    on the way that every block is its table window."""
+    like = jnp.zeros(dim)
+    source = noise.noise_table(size)
+    block, _ = noise.table_layout(size, dim)
+    eps = jax.jit(jax.vmap(lambda k: source.sample(numbered_table(size), k, j, like)))(keys)
+    eps = np.asarray(eps).astype(int)
+    starts = eps[:, ::block]
+    for b in range(starts.shape[1]):
+        part = eps[:, b * block : (b + 1) * block]
+        np.testing.assert_array_equal(part, starts[:, b, None] + np.arange(part.shape[1]))
+    return starts
+
+
+@pytest.mark.parametrize("size, dim", [(64, 8), (10, 8)], ids=["one-window", "two-blocks"])
+def test_table_windows_start_at_uniform_independent_offsets(size, dim):
+    # 8 coordinates: one window of 8 from a table of 64 (32 window starts, a power of two), or
+    # two blocks of 5 from a table of 10 (4 starts each; the second block's last 2 unused).
+    block, windows = noise.table_layout(size, dim)
+    n = 20_000
+    keys = jax.random.split(jax.random.key(1), n)
+    for j in (0, 5):  # any base, over populations (keys)
+        offsets = window_offsets(size, dim, keys, j)
+        assert offsets.max() < windows and offsets.max() + block <= size
+        # Every start 0 .. W - 1 is drawn equally often and the blocks of one perturbation
+        # draw theirs independently: a chi-square test over the joint cells, against its
+        # mean (cells - 1) plus 6 of its standard deviations.
+        cells = windows ** offsets.shape[1]
+        counts = np.bincount(np.ravel_multi_index(offsets.T, offsets.shape[1] * (windows,)))
+        assert counts.size == cells and counts.min() > 0
+        chi2 = np.sum((counts - n / cells) ** 2 / (n / cells))
+        assert chi2 < (cells - 1) + 6 * np.sqrt(2 * (cells - 1)), chi2
+
+
+@pytest.mark.parametrize("size, dim", [(64, 8), (10, 8)], ids=["one-window", "two-blocks"])
+def test_no_two_bases_of_a_population_read_the_same_window(size, dim):
+    _, windows = noise.table_layout(size, dim)
+    for seed in range(5):
+        key = jax.random.key(seed)
+        rows = np.stack([window_offsets(size, dim, key[None], j)[0] for j in range(windows)])
+        for b in range(rows.shape[1]):  # in each block, the W bases take the W starts
+            assert sorted(rows[:, b]) == list(range(windows))
+
+
+def test_the_default_table_is_sized_to_the_problem():
+    for dim, bases in ((10, 8), (3000, 128), (10, 2**17), (100_000, 8)):
+        source = noise.noise_table(bases=bases)
+        size = source.init(jax.random.key(0), jnp.zeros(dim)).values.size
+        block, windows = noise.table_layout(size, dim)
+        assert block == dim and windows >= max(2 * dim, bases, 2**16)
+        assert size == windows + dim - 1 < 2 * max(2 * dim, bases, 2**16) + dim
+    assert noise.table_size(10**9) == 2**24  # the largest
+
+
+def test_a_table_is_the_same_eagerly_and_in_jit():
+    source = noise.noise_table(bases=8)
+    eager = source.init(jax.random.key(3), jnp.zeros(300)).values
+    jitted = jax.jit(source.init)(jax.random.key(3), jnp.zeros(300)).values
+    np.testing.assert_array_equal(eager, jitted)
 
 
 def first_two_moments(eps: np.ndarray, table_size: int | None):
@@ -77,10 +130,10 @@ def first_two_moments(eps: np.ndarray, table_size: int | None):
 @pytest.mark.parametrize(
     "source, table_size, dim, bases",
     [
-        (noise.noise_table(), 2**24, 4096, 256),  # the default: one window per member
-        # Two blocks of 2^17 per member. Two blocks coincide with probability 1/(2^17 + 1) per
-        # pair, so few bases keep that (a real, table-size-bound correlation) out of the test.
-        (noise.noise_table(2**18), 2**18, 2**18, 64),
+        # The default: one window per member, from a table of 2^16 + 4095 floats.
+        (noise.noise_table(bases=256), noise.table_size(4096, 256), 4096, 256),
+        # Two blocks of 2^19 per member from a table of 2^20 (the smallest explicit table).
+        (noise.noise_table(2**20), 2**20, 2**20, 64),
         (noise.gaussian(), None, 4096, 256),
     ],
     ids=["default-table", "table-blocks", "gaussian"],
@@ -112,40 +165,6 @@ def test_noise_keys_do_not_depend_on_the_prng_implementation():
     np.testing.assert_array_equal(recipe.population(None, raw, like, 1.0)["w"], typed)
 
 
-@pytest.mark.parametrize("size, block", [(64, 8), (10, 5)], ids=["one-window", "two-blocks"])
-def test_table_windows_start_at_uniform_key_derived_offsets(size, block):
-    # 8 coordinates: one window of 8 from a table of 64 (57 possible offsets), or two blocks
-    # of 5 from a table of 10 (6 offsets each; the second block's last 2 entries unused).
-    like = {"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)}
-    n = 20_000
-    recipe = noise.Perturbations(noise.noise_table(size), 2 * n, True)
-    table = recipe.source.init(jax.random.key(0), like)
-    eps = jax.jit(jax.vmap(lambda j: recipe.base(table, jax.random.key(1), j, like)))(jnp.arange(n))
-    flat = np.concatenate([np.reshape(x, (n, -1)) for x in jax.tree.leaves(eps)], axis=1)
-    values = np.asarray(table.values)
-    assert np.unique(values).size == size  # so a value names its position in the table
-    position = {float(v): k for k, v in enumerate(values)}
-    blocks = -(-flat.shape[1] // block)
-    offsets = np.empty((n, blocks), int)
-    for b in range(blocks):
-        part = flat[:, b * block : (b + 1) * block]
-        offsets[:, b] = [position[float(v)] for v in part[:, 0]]
-        # Each block is the table's own window at that offset.
-        window = offsets[:, b, None] + np.arange(part.shape[1])
-        assert window.max() < size
-        np.testing.assert_array_equal(part, values[window])
-    # Every offset 0 .. size - block (the last window included) is drawn equally often, and
-    # the blocks of one perturbation draw theirs independently: a chi-square test over the
-    # joint cells, against its mean (cells - 1) plus 6 of its standard deviations.
-    cells = (size - block + 1) ** blocks
-    joint = np.ravel_multi_index(offsets.T, (size - block + 1,) * blocks)
-    counts = np.bincount(joint, minlength=cells)
-    assert counts.size == cells and counts.min() > 0
-    expected = n / cells
-    chi2 = np.sum((counts - expected) ** 2 / expected)
-    assert chi2 < (cells - 1) + 6 * np.sqrt(2 * (cells - 1)), chi2
-
-
 def test_noise_key_uses_every_word_of_any_key():
     threefry = jax.random.key(5)
     assert noise.noise_key(threefry) is threefry  # passes through unchanged
@@ -168,7 +187,9 @@ def test_noise_key_uses_every_word_of_any_key():
 def test_bad_noise_settings():
     with pytest.raises(ValueError, match="noise_table_size"):
         noise.noise_table(1)
-    with pytest.raises(ValueError, match="key: expected a PRNG key"):
+    with pytest.raises(ValueError, match=r"noise_table_size: a table of 5 floats .* >= 20"):
+        jaxes.open_es(4, noise_table_size=5).init(jax.random.key(0), jnp.zeros(10))
+    with pytest.raises(ValueError, match="key: expected one PRNG key"):
         noise.noise_key(jnp.zeros(2, jnp.float32))
 
 

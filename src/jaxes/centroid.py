@@ -80,8 +80,9 @@ def moments(displacements: Params, mass: jax.Array, squares: bool = False) -> Po
       >>> m.square_sum["w"].tolist()
       [0.5, 2.0]
     """
-    mass = jnp.asarray(mass, jnp.float32)
-    d32 = jax.tree.map(lambda d: d.astype(jnp.float32), displacements)
+    mass = jnp.asarray(mass)
+    mass = mass.astype(jnp.promote_types(mass.dtype, jnp.float32))
+    d32 = jax.tree.map(lambda d: d.astype(jnp.promote_types(d.dtype, mass.dtype)), displacements)
 
     def weighted(d):
         return jnp.tensordot(mass, d, axes=(0, 0), precision=_HIGHEST)
@@ -218,13 +219,17 @@ def classical_estimator(
       >>> displacement_update(moments(d, masses(w)), sigma)["w"].tolist()
       [1.0]
     """
-    w = jnp.asarray(weights, jnp.float32)
+    w = jnp.asarray(weights)
+    w = w.astype(jnp.promote_types(w.dtype, jnp.float32))
     if mean_subtract:
         w = w - jnp.mean(w)
     p = w.shape[0]
     return jax.tree.map(
         lambda e: (
-            jnp.tensordot(w, e.astype(jnp.float32), axes=(0, 0), precision=_HIGHEST) / (p * sigma)
+            jnp.tensordot(
+                w, e.astype(jnp.promote_types(e.dtype, w.dtype)), axes=(0, 0), precision=_HIGHEST
+            )
+            / (p * sigma)
         ),
         noise,
     )
@@ -239,4 +244,6 @@ def tree_norm(tree: Params) -> jax.Array:
       5.0
     """
     leaves = jax.tree.leaves(tree)
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+    return jnp.sqrt(
+        sum(jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32)))) for x in leaves)
+    )

@@ -108,7 +108,7 @@ TRAIN_FLAGS = [
         "--noise",
         "noise",
         str,
-        "noise source: table (shared noise table), gaussian, or lowrank (rank-r matrices)",
+        "noise source: table (a noise table sized to the problem), auto, gaussian, or lowrank",
     ),
     ("--noise-rank", "noise_rank", int, "rank r of --noise lowrank perturbations"),
     (

@@ -153,7 +153,6 @@ class TrainConfig:
         self._fill_from_preset()
         for name in (
             "episode_length",
-            "population_size",
             "episodes_per_member",
             "eval_episodes",
             "action_repeat",
@@ -163,6 +162,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+        if not _is_int(self.population_size) or self.population_size < 2:
+            raise ConfigError(
+                f"population_size: expected an int >= 2, got {self.population_size!r}"
+            )
         try:  # the runner's own checks of its loop settings
             runner.check_loop(
                 self.generations, self.seed, self.eval_every, self.checkpoint_every, self.devices

@@ -106,12 +106,22 @@ def evaluate(
       >>> bool(jnp.allclose(fitness, reference, rtol=1e-6))
       True
     """
+    pending = getattr(state, "pending", None)
+    if pending is not None and not isinstance(pending, jax.core.Tracer) and not bool(pending):
+        raise ValueError(
+            "state: no population to evaluate; call strategy.ask(key, state) first and pass "
+            "the state it returns"
+        )
     out = map_members(strategy, state, jax.vmap(fitness_fn), chunk=chunk_size)
     if jnp.ndim(out) != 2:
         raise ValueError(
             f"fitness_fn: expected a scalar fitness per member, got shape {jnp.shape(out)[2:]}"
         )
-    return out.reshape(-1)
+    out = out.reshape(-1)
+    if pending is None:
+        return out
+    # Traced and without a pending ask: NaN fitness, which tell ignores (nothing is pending).
+    return jnp.where(pending, out, jnp.nan)
 
 
 def evaluate_task(

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
-from jaxes.noise import NoiseSource
+from jaxes.noise import NoiseSource, base_key
 from jaxes.types import Params
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -76,10 +76,10 @@ def lowrank(rank: int = 1) -> NoiseSource:
       >>> import jax, jax.numpy as jnp
       >>> src = lowrank(2)
       >>> params = {"w": jnp.zeros((5, 3)), "b": jnp.zeros(3)}
-      >>> f = src.factors(None, jax.random.key(0), params)
+      >>> f = src.factors(None, jax.random.key(0), 0, params)
       >>> f["w"].a.shape, f["w"].b.shape, f["b"].shape
       ((5, 2), (3, 2), (3,))
-      >>> bool(jnp.allclose(src.sample(None, jax.random.key(0), params)["w"], f["w"].dense()))
+      >>> bool(jnp.allclose(src.sample(None, jax.random.key(0), 0, params)["w"], f["w"].dense()))
       True
     """
     rank = check_int("noise_rank", rank, 1)
@@ -88,8 +88,9 @@ def lowrank(rank: int = 1) -> NoiseSource:
         del key, params
         return None
 
-    def factors(noise_state, key, params: Params):
+    def factors(noise_state, key, j, params: Params):
         del noise_state
+        key = base_key(key, j)
         leaves, treedef = jax.tree.flatten(params)
         shapes = []
         for x in leaves:
@@ -117,8 +118,8 @@ def lowrank(rank: int = 1) -> NoiseSource:
                 out.append(LowRank(a * jnp.float32(1 / math.sqrt(a.shape[-1])), b))
         return treedef.unflatten(out)
 
-    def sample(noise_state, key, params):
-        return dense(factors(noise_state, key, params))
+    def sample(noise_state, key, j, params):
+        return dense(factors(noise_state, key, j, params))
 
     return NoiseSource(
         init, sample, f"lowrank(r={rank})", gaussian=False, factors=factors, combine=combine

@@ -53,6 +53,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 _FUSED_MAX_BATCH = 4
 # A chunk of rebuilt noise up to this size is summed with one dot (it stays in cache).
 _DOT_MAX_BYTES = 4 * 2**20
+# From this many parameters on, a population reads its table windows one base at a time.
+_SLICED_MIN_PARAMS = 2**12
 # 64 MiB of members (evaluation) or of rebuilt noise (tell) in flight at once.
 DEFAULT_MEMORY_BUDGET = 64 * 2**20
 
@@ -62,12 +64,13 @@ class NoiseSource(NamedTuple):
 
     Attributes:
       init: ``init(key, params) -> noise_state`` (``None`` for a stateless source).
-      sample: ``sample(noise_state, key, params) -> eps``, one float32 pytree shaped like
-        ``params`` with N(0, 1) entries; ``key`` is a threefry key.
+      sample: ``sample(noise_state, key, j, params) -> eps``: base perturbation ``ε_j`` of the
+        population drawn with ``key`` (a threefry key), one float32 pytree shaped like
+        ``params`` with N(0, 1) entries.
       name: a short label for logs.
       gaussian: whether ``ε`` is N(0, I) (approximately, for the table), so that strategy
         terms derived for Gaussian samples (σ and covariance updates) hold for it.
-      factors: ``factors(noise_state, key, params)``, for a source that keeps ``ε`` in a
+      factors: ``factors(noise_state, key, j, params)``, for a source that keeps ``ε`` in a
         cheaper form: a pytree like ``params`` whose leaves are arrays or factored
         stand-ins (``jaxes.lowrank.LowRank``) that ``sample`` multiplies out; ``None``.
       combine: with ``factors``, ``combine(coeffs, stacked) -> [Σ_b coeffs[k, b] ε_b]``
@@ -76,16 +79,16 @@ class NoiseSource(NamedTuple):
     """
 
     init: Callable[[PRNGKey, Params], NoiseState]
-    sample: Callable[[NoiseState, PRNGKey, Params], Params]
+    sample: Callable[[NoiseState, PRNGKey, Any, Params], Params]
     name: str
     gaussian: bool = True
-    factors: Callable[[NoiseState, PRNGKey, Params], Params] | None = None
+    factors: Callable[[NoiseState, PRNGKey, Any, Params], Params] | None = None
     combine: Callable[[jax.Array, Any], list] | None = None
 
 
 class Table(NamedTuple):
-    """The shared noise table (a ``noise_state``). It is a pure function of the strategy's
-    init key, so checkpoints leave it out and rebuild it."""
+    """The noise table (a ``noise_state``). It is a pure function of the strategy's init key
+    and the problem's size, so checkpoints leave it out and rebuild it."""
 
     values: jax.Array
 
@@ -103,6 +106,11 @@ def noise_key(key) -> jax.Array:
       True
     """
     if hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(
+                f"key: expected one PRNG key, got a batch of shape {key.shape}; vmap over "
+                "the keys to run several"
+            )
         if str(jax.random.key_impl(key)) == "threefry2x32":
             return key
         data = jax.random.key_data(key)
@@ -110,8 +118,8 @@ def noise_key(key) -> jax.Array:
         data = jnp.asarray(key)
         if data.dtype != jnp.uint32 or data.ndim != 1:
             raise ValueError(
-                f"key: expected a PRNG key (jax.random.key) or raw uint32 key data, got "
-                f"{data.dtype} of shape {data.shape}"
+                f"key: expected one PRNG key (jax.random.key) or raw uint32 key data of one "
+                f"key (1-D), got {data.dtype} of shape {data.shape}"
             )
     if data.shape[-1] == 2 and data.ndim == 1:
         return jax.random.wrap_key_data(data, impl="threefry2x32")
@@ -123,15 +131,19 @@ def noise_key(key) -> jax.Array:
     return out
 
 
+def base_key(key, j) -> jax.Array:
+    """The key base perturbation ``j`` of the population drawn with ``key`` is drawn from."""
+    return jax.random.fold_in(noise_key(key), j)
+
+
 def gaussian() -> NoiseSource:
     """N(0, I) perturbations drawn from the key (one threefry draw for all leaves together).
 
     Example:
       >>> import jax, jax.numpy as jnp
       >>> src = gaussian()
-      >>> eps = src.sample(src.init(jax.random.key(0), {"w": jnp.zeros(3)}), jax.random.key(1),
-      ...                  {"w": jnp.zeros(3)})
-      >>> eps["w"].shape
+      >>> like = {"w": jnp.zeros(3)}
+      >>> src.sample(src.init(jax.random.key(0), like), jax.random.key(1), 0, like)["w"].shape
       (3,)
     """
 
@@ -139,54 +151,153 @@ def gaussian() -> NoiseSource:
         del key, params
         return None
 
-    def sample(noise_state, key, params):
+    def sample(noise_state, key, j, params):
         del noise_state
         # One flat draw split over the leaves: one RNG kernel to compile, however many leaves.
-        return unflatten_like(jax.random.normal(key, (num_params(params),), jnp.float32), params)
+        flat = jax.random.normal(base_key(key, j), (num_params(params),), jnp.float32)
+        return unflatten_like(flat, params)
 
     return NoiseSource(init, sample, "gaussian")
 
 
-def noise_table(size: int = 2**24) -> NoiseSource:
-    """A shared table of ``size`` N(0, 1) float32 values; ``ε_j`` is read from windows of it.
+# The largest table a problem is given (64 MiB), and the fewest window starts of a small one
+# (its sample mean and variance, shared by every window, are then off by at most ~0.5 %).
+MAX_TABLE_SIZE = 2**24
+MIN_TABLE_WINDOWS = 2**16
+# An explicit table smaller than twice the problem must still hold windows this long.
+MIN_EXPLICIT_BLOCK = 2**19
 
-    The table is drawn at ``init`` and lives in the strategy state (``size * 4`` bytes, 64 MiB
-    by default; checkpoints rebuild it from its key instead of storing it). A perturbation of
-    ``d`` coordinates is cut into blocks of ``min(d, size // 2)`` consecutive coordinates, and
-    each block is the window of the table at its own key-derived offset, so any ``d`` works.
-    Different members and different blocks read windows at independent offsets, so entries
-    are uncorrelated except when two windows start at the same offset: for a pair of blocks
-    that happens with probability ``1 / (size - block + 1)`` (about ``2 / size`` for big
-    models), and the two blocks are then equal. The table's own sample mean and variance
-    (off by about ``1/√size``) are shared by every window.
+
+def _power_of_two_at_most(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def table_size(dim: int, bases: int = 1) -> int:
+    """Floats in a table sized to the problem (``noise_table_size=None``): room for the
+    smallest power of two ``W >= max(2d, bases, 2**16)`` of window starts, each followed by
+    ``d`` values, at most ``2**24`` floats (64 MiB) in all.
+
+    Example:
+      >>> table_size(10), table_size(10, bases=2**17), table_size(100_000), table_size(10**9)
+      (65545, 131081, 362143, 16777216)
+    """
+    windows = 1 << (max(2 * dim, bases, MIN_TABLE_WINDOWS) - 1).bit_length()
+    return min(MAX_TABLE_SIZE, windows + dim - 1)
+
+
+def table_layout(size: int, dim: int) -> tuple[int, int]:
+    """``(block, windows)`` for ``dim`` coordinates read from a table of ``size`` floats:
+    blocks of ``min(d, size // 2)`` consecutive coordinates, each the window of the table
+    starting at one of the first ``windows`` positions (a power of two).
+
+    Example:
+      >>> table_layout(65545, 10), table_layout(2**24, 10**9)
+      ((10, 65536), (8388608, 8388608))
+    """
+    block = min(dim, size // 2)
+    return block, _power_of_two_at_most(size - block + 1)
+
+
+def noise_table(size: int | None = None, bases: int = 1) -> NoiseSource:
+    """A table of N(0, 1) float32 values sized to the problem; ``ε_j`` is read from windows.
+
+    The table is drawn at ``init`` and lives in the strategy state; checkpoints rebuild it
+    from its key instead of storing it. Its size is ``table_size(d, bases)`` (about ``3d``
+    floats, at least ``2**16`` and at most ``2**24``), so an undonated ``jax.jit(ask)``
+    copies a table that grows with the problem, never 64 MiB for a small one; ``size``
+    fixes it instead. The table's own sample mean and variance (off by about ``1/√size``)
+    are shared by every window.
+
+    A perturbation of ``d`` coordinates is cut into blocks of ``min(d, size // 2)``
+    consecutive coordinates (``table_layout``); block ``k`` of base ``j`` is the window
+    starting at ``(a_k + j c_k) mod W``, with ``a_k`` and an odd ``c_k`` drawn from the
+    population's key and ``W`` a power of two. So each window start is uniform, the blocks of
+    one base are independent, and no two bases of one population (up to ``W`` of them) read
+    the same window: a population never holds the same perturbation twice.
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> src = noise_table(1000)
-      >>> table = src.init(jax.random.key(0), {"w": jnp.zeros(10)})
-      >>> table.values.shape
-      (1000,)
+      >>> src = noise_table()
+      >>> src.init(jax.random.key(0), {"w": jnp.zeros(10)}).values.shape
+      (65545,)
     """
-    size = check_int("noise_table_size", size, 2)
+    if size is not None:
+        size = check_int("noise_table_size", size, 2)
+    bases = check_int("bases", bases, 1)
+
+    def size_for(dim: int) -> int:
+        return table_size(dim, bases) if size is None else size
 
     def init(key, params):
-        del params
-        # Elementwise only, so the table is bit-identical whether init runs eagerly or in jit.
-        return Table(jax.random.normal(key, (size,), jnp.float32))
-
-    def sample(table, key, params):
         dim = num_params(params)
-        block = min(dim, size // 2)
+        total = size_for(dim)
+        if total < min(2 * dim, 2 * MIN_EXPLICIT_BLOCK):
+            raise ValueError(
+                f"noise_table_size: a table of {total} floats would repeat values inside one "
+                f"perturbation of {dim} parameters; use noise_table_size >= "
+                f"{min(2 * dim, 2 * MIN_EXPLICIT_BLOCK)}, or None (sized to the problem)"
+            )
+        # Elementwise only, so the table is bit-identical whether init runs eagerly or in jit.
+        return Table(jax.random.normal(key, (total,), jnp.float32))
+
+    def sample(table, key, j, params):
+        dim = num_params(params)
+        total = size_for(dim)
+        if table.values.shape != (total,):
+            raise ValueError(
+                f"noise_state: a table of {table.values.shape[0]} floats, but this strategy "
+                f"reads one of {total} for {dim} parameters; build the state with its own init"
+            )
+        block, windows = table_layout(total, dim)
         blocks = -(-dim // block)
-        offsets = jax.random.randint(key, (blocks,), 0, size - block + 1)
+        start, stride = jax.random.bits(jax.random.fold_in(noise_key(key), _LAYOUT), (2, blocks))
+        # uint32 arithmetic wraps mod 2^32, so the mask gives (a + j c) mod W exactly.
+        j = jnp.asarray(j).astype(jnp.uint32)
+        offsets = ((start + j * (stride | 1)) & (windows - 1)).astype(jnp.int32)
         if blocks == 1:
             flat = jax.lax.dynamic_slice(table.values, (offsets[0],), (block,))
         else:
-            windows = jax.vmap(lambda o: jax.lax.dynamic_slice(table.values, (o,), (block,)))
-            flat = windows(offsets).reshape(-1)[:dim]
+            windows_of = jax.vmap(lambda o: jax.lax.dynamic_slice(table.values, (o,), (block,)))
+            flat = windows_of(offsets).reshape(-1)[:dim]
         return unflatten_like(flat, params)
 
     return NoiseSource(init, sample, "table")
+
+
+# Below this many noise values per population (bases × d), drawing them from keys costs less
+# than carrying a table of 2**16 floats from call to call.
+AUTO_GAUSSIAN_VALUES = 2**14
+
+
+def auto(size: int | None = None, bases: int = 1) -> NoiseSource:
+    """The source by size: ``gaussian()`` for a population of fewer than ``2**14`` noise
+    values (``bases × d``), where drawing them costs least and the state stays a few kB;
+    ``noise_table(size, bases)`` otherwise, where reading beats drawing by far.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> src = auto(bases=8)
+      >>> src.init(jax.random.key(0), jnp.zeros(10)) is None  # 80 values: drawn
+      True
+      >>> src.init(jax.random.key(0), jnp.zeros(10_000)).values.shape  # 80,000: a table
+      (75535,)
+    """
+    draws, table = gaussian(), noise_table(size, bases)
+
+    def pick(params) -> NoiseSource:
+        return draws if num_params(params) * bases < AUTO_GAUSSIAN_VALUES else table
+
+    def init(key, params):
+        return pick(params).init(key, params)
+
+    def sample(noise_state, key, j, params):
+        return pick(params).sample(noise_state, key, j, params)
+
+    return NoiseSource(init, sample, "auto")
+
+
+# The word folded into a population's key for its table layout (never a base index).
+_LAYOUT = 2**32 - 1
 
 
 def perturb(params: Params, sigma, eps: Params, sign, dtypes: Params | None = None) -> Params:
@@ -303,22 +414,15 @@ class Perturbations:
             return min(batch, _FUSED_MAX_BATCH)
         return batch
 
-    @staticmethod
-    def _key_of(key, j):
-        """The key base ``j`` is drawn from."""
-        return jax.random.fold_in(noise_key(key), j)
-
     def base(self, noise_state, key, j, like: Params) -> Params:
         """Base perturbation ``ε_j`` (float32 pytree like ``like``)."""
-        return self.source.sample(noise_state, self._key_of(key, j), like)
+        return self.source.sample(noise_state, noise_key(key), j, like)
 
     def _factor_chunk(self, noise_state, key, params) -> int:
         """Bases whose factors ``moments`` holds at once, under the memory budget."""
         if self.batch_size is not None:
             return min(self.batch_size, self.num_base)
-        shapes = jax.eval_shape(
-            lambda: self.source.factors(noise_state, self._key_of(key, 0), params)
-        )
+        shapes = jax.eval_shape(lambda: self.source.factors(noise_state, noise_key(key), 0, params))
         per_base = sum(math.prod(x.shape) * 4 for x in jax.tree.leaves(shapes))
         return min(self._fit("perturbation", per_base), self.num_base)
 
@@ -346,11 +450,10 @@ class Perturbations:
         dense ``s_i σ ε``."""
         j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
         sign = jnp.where(slot == 0, 1.0, -1.0).astype(jnp.float32)
-        jkey = self._key_of(key, j)
         if self.source.factors is None:
-            eps = self.source.sample(noise_state, jkey, params)
+            eps = self.source.sample(noise_state, noise_key(key), j, params)
         else:
-            eps = self.source.factors(noise_state, jkey, params)
+            eps = self.source.factors(noise_state, noise_key(key), j, params)
         treedef = jax.tree.structure(params)
         sig = treedef.flatten_up_to(broadcast_like(sigma, params))
         out = []
@@ -396,9 +499,14 @@ class Perturbations:
         def group(j):
             return self._members_of_base(noise_state, key, j, params, sigma, dtypes)
 
-        # One base after another (lax.map), not vmap: each table window is then a contiguous
-        # dynamic slice instead of one big element-wise gather, which is slow on CPU.
-        groups = jax.lax.map(group, jnp.arange(self.num_base))
+        bases = jnp.arange(self.num_base)
+        if isinstance(noise_state, Table) and num_params(params) >= _SLICED_MIN_PARAMS:
+            # One base after another (lax.map): each table window is then a contiguous
+            # dynamic slice instead of one big element-wise gather, which is slow on CPU.
+            groups = jax.lax.map(group, bases)
+        else:
+            # Drawn noise, or short windows: all at once (a loop costs more per step).
+            groups = jax.vmap(group)(bases)
         return jax.tree.map(lambda g: g.reshape((self.population_size,) + g.shape[2:]), groups)
 
     def moments(
@@ -435,6 +543,8 @@ class Perturbations:
         sig = treedef.flatten_up_to(broadcast_like(sigma, params))
         rounded = [is_rounded(t.dtype) for t in jax.tree.leaves(dtypes)]
         out_dtypes = [t.dtype for t in jax.tree.leaves(dtypes)]
+        coeff_dtype = groups[0].dtype
+        acc = [jnp.promote_types(coeff_dtype, master_dtype(t)) for t in out_dtypes]
         n = self.num_base
         # Factors are summed as they are (one contraction per leaf) where nothing needs the
         # dense ε: no squares, and no rounded member whose realised displacement counts.
@@ -473,7 +583,7 @@ class Perturbations:
             if factored:
                 stacked = jax.vmap(
                     lambda j: treedef.flatten_up_to(
-                        self.source.factors(noise_state, self._key_of(key, j), params)
+                        self.source.factors(noise_state, noise_key(key), j, params)
                     )
                 )(start + jnp.arange(batch))
                 return [[self.source.combine(cf[0], f)] for f in stacked]
@@ -526,8 +636,8 @@ class Perturbations:
             total = chunk_sums(0)
         else:
             zeros = [
-                [[jnp.zeros(jnp.shape(x), jnp.float32)] * c.shape[0] for c in folded]
-                for x in leaves
+                [[jnp.zeros(jnp.shape(x), a)] * c.shape[0] for c in folded]
+                for x, a in zip(leaves, acc, strict=True)
             ]
 
             def body(acc, start):
@@ -540,8 +650,8 @@ class Perturbations:
             rows = []
             for k in range(groups[kind].shape[0]):
                 row = []
-                for parts, s, r, x in zip(total, sig, rounded, leaves, strict=True):
-                    scale = jnp.asarray(1.0 if r else s, jnp.float32)
+                for parts, s, r, x, a in zip(total, sig, rounded, leaves, acc, strict=True):
+                    scale = jnp.asarray(1.0 if r else s, a)
                     scale = scale if kind == 0 or r else jnp.square(scale)
                     row.append((parts[kind][k] * scale).astype(master_dtype(x.dtype)))
                 rows.append(treedef.unflatten(row))
@@ -549,7 +659,9 @@ class Perturbations:
         return kinds[0], (kinds[1] if len(kinds) > 1 else None)
 
     def _check(self, coeffs) -> jax.Array:
-        coeffs = jnp.asarray(coeffs, jnp.float32)
+        coeffs = jnp.asarray(coeffs)
+        # Never narrower than float32, never narrowed: float64 masses give float64 sums.
+        coeffs = coeffs.astype(jnp.promote_types(coeffs.dtype, jnp.float32))
         if coeffs.ndim != 2 or coeffs.shape[1] != self.population_size:
             raise ValueError(
                 f"coeffs: expected shape (K, {self.population_size}), got {coeffs.shape}"

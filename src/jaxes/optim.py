@@ -41,14 +41,18 @@ def clipup(
     check_below("momentum", momentum, 1.0, "[0, 1)")
 
     def init(params):
-        return ClipUpState(jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), params))
+        return ClipUpState(
+            jax.tree.map(
+                lambda x: jnp.zeros(jnp.shape(x), jnp.promote_types(x.dtype, jnp.float32)), params
+            )
+        )
 
     def update(grads, state, params=None):
         del params
         norm = centroid.tree_norm(grads)
         scale = jnp.where(norm > 0, step_size / jnp.where(norm > 0, norm, 1.0), 0.0)
         velocity = jax.tree.map(
-            lambda v, g: momentum * v - scale * g.astype(jnp.float32), state.velocity, grads
+            lambda v, g: momentum * v - scale * g.astype(v.dtype), state.velocity, grads
         )
         speed = centroid.tree_norm(velocity)
         clip = jnp.where(speed > max_speed, max_speed / jnp.where(speed > 0, speed, 1.0), 1.0)

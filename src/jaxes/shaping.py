@@ -2,6 +2,10 @@
 
 Every shaping treats NaN and ±inf fitness as the worst possible value, so a member whose
 rollout blew up gets the lowest weight and can never put a NaN into the parameters.
+
+No shaping narrows the fitness it is given: weights come in the fitness's dtype promoted to at
+least float32 (float64 fitness is ranked and scaled as float64 numbers; bfloat16 and float16
+as float32).
 """
 
 from __future__ import annotations
@@ -11,6 +15,11 @@ from collections.abc import Callable
 import jax.numpy as jnp
 
 Shaping = Callable[[jnp.ndarray], jnp.ndarray]
+
+
+def _dtype(fitness: jnp.ndarray) -> jnp.dtype:
+    """The dtype shaped weights take: the fitness's own, at least float32."""
+    return jnp.promote_types(jnp.result_type(fitness), jnp.float32)
 
 
 def centered_rank(fitness: jnp.ndarray) -> jnp.ndarray:
@@ -23,21 +32,22 @@ def centered_rank(fitness: jnp.ndarray) -> jnp.ndarray:
       >>> [round(float(w), 4) for w in centered_rank(jnp.array([3.0, -1.0, 10.0, jnp.nan]))]
       [0.1667, -0.1667, 0.5, -0.5]
     """
-    f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(jnp.float32)
+    dtype = _dtype(fitness)
+    f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(dtype)
     p = f.shape[0]
     ordered = jnp.sort(f)
     low = jnp.searchsorted(ordered, f, side="left")
     high = jnp.searchsorted(ordered, f, side="right") - 1
     # (2·rank - (P-1)) / (2(P-1)) with 2·rank = low + high: integer numerators symmetric about
     # zero, so the weights are exactly antisymmetric and sum to exactly zero.
-    return (low + high - (p - 1)).astype(jnp.float32) / (2.0 * (p - 1))
+    return (low + high - (p - 1)).astype(dtype) / (2.0 * (p - 1))
 
 
 def _finite_or_worst(fitness: jnp.ndarray) -> jnp.ndarray:
     finite = jnp.isfinite(fitness)
     worst = jnp.min(jnp.where(finite, fitness, jnp.inf))
     worst = jnp.where(jnp.any(finite), worst, 0.0)
-    return jnp.where(finite, fitness, worst).astype(jnp.float32)
+    return jnp.where(finite, fitness, worst).astype(_dtype(fitness))
 
 
 def z_score(fitness: jnp.ndarray) -> jnp.ndarray:
@@ -66,7 +76,7 @@ def raw(fitness: jnp.ndarray) -> jnp.ndarray:
 def _by_rank(fitness: jnp.ndarray, per_rank: jnp.ndarray) -> jnp.ndarray:
     """Gives member ``i`` the value ``per_rank[k]`` of its rank ``k`` (0 = best), averaged over
     the ranks a group of tied members spans; non-finite fitness ranks last."""
-    f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(jnp.float32)
+    f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(_dtype(fitness))
     p = f.shape[0]
     ordered = jnp.sort(f)
     low = jnp.searchsorted(ordered, f, side="left")  # ascending positions of the tie group
@@ -89,7 +99,7 @@ def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
       [-0.25, 0.48, -0.25, 0.02]
     """
     p = fitness.shape[0]
-    k = jnp.arange(1, p + 1, dtype=jnp.float32)
+    k = jnp.arange(1, p + 1, dtype=_dtype(fitness))
     raw_u = jnp.maximum(0.0, jnp.log(p / 2.0 + 1.0) - jnp.log(k))
     return _by_rank(fitness, raw_u / jnp.sum(raw_u) - 1.0 / p)
 
@@ -106,7 +116,7 @@ def recombination_weights(elite_size: int) -> Shaping:
     """
 
     def weights(fitness: jnp.ndarray) -> jnp.ndarray:
-        k = jnp.arange(1, fitness.shape[0] + 1, dtype=jnp.float32)
+        k = jnp.arange(1, fitness.shape[0] + 1, dtype=_dtype(fitness))
         raw_w = jnp.where(k <= elite_size, jnp.log(elite_size + 0.5) - jnp.log(k), 0.0)
         return _by_rank(fitness, raw_w / jnp.sum(raw_w))
 

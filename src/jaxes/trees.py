@@ -31,12 +31,20 @@ def check_params(params: Params) -> Params:
     if not leaves:
         raise ValueError("params: expected a pytree with at least one array leaf, got an empty one")
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path) or "<root>"
         dtype = jnp.result_type(leaf)
         if not jnp.issubdtype(dtype, jnp.floating):
             raise ValueError(
-                f"params: leaf {jax.tree_util.keystr(path) or '<root>'} has dtype {dtype}; "
+                f"params: leaf {name} has dtype {dtype}; "
                 "evolution strategies perturb floating arrays only (float32, bfloat16, ...)"
             )
+        if math.prod(jnp.shape(leaf)) == 0:
+            raise ValueError(
+                f"params: leaf {name} has shape {jnp.shape(leaf)}, with no entries to perturb; "
+                "drop it from the pytree"
+            )
+        if not isinstance(leaf, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(leaf))):
+            raise ValueError(f"params: leaf {name} has non-finite entries (NaN or inf)")
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
 
 
@@ -49,6 +57,19 @@ def master_dtype(dtype) -> jnp.dtype:
       (dtype('float32'), dtype('float32'))
     """
     return jnp.promote_types(dtype, jnp.float32)
+
+
+def state_dtype(params: Params) -> jnp.dtype:
+    """The dtype of a strategy's scalars (σ, step-size paths, fitness records): the widest
+    master dtype of the params, so float64 params (under ``jax_enable_x64``) keep every
+    strategy scalar in float64 and anything narrower keeps float32.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> state_dtype({"w": jnp.zeros(2, jnp.bfloat16), "b": jnp.zeros(1)})
+      dtype('float32')
+    """
+    return jnp.result_type(*(master_dtype(jnp.result_type(x)) for x in jax.tree.leaves(params)))
 
 
 def is_rounded(dtype) -> bool:

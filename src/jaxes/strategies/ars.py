@@ -85,9 +85,9 @@ def ars(
     top_k: int | None = None,
     *,
     optimizer: optax.GradientTransformation | None = None,
-    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
-    noise: str = "table",
-    noise_table_size: int = 2**24,
+    sigma_floor=None,
+    noise: str = "auto",
+    noise_table_size: int | None = None,
     noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -133,14 +133,16 @@ def ars(
     )
 
     def init(key: jax.Array, params: Params) -> ARSState:
-        fields = common.common_fields(perturbations, key, params, nu_at(0), track_best)
+        fields = common.common_fields(
+            perturbations, key, params, nu_at(0, common.init_dtype(params)), track_best
+        )
         return ARSState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def estimate(state: ARSState, fitness):
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
         common.check_state(state, ARSState, "ars", p)
         fitness = common.check_fitness(fitness, p)
-        nu = nu_at(state.generation)
+        nu = nu_at(state.generation, common.scalar_dtype(state))
         weights, reward_std = top_directions(fitness, b)
         mass = centroid.masses(weights)
         moments = common.population_moments(perturbations, state, mass, nu)
@@ -165,7 +167,7 @@ def ars(
         perturbations,
         ARSState,
         "ars",
-        lambda state: nu_at(state.generation),
+        lambda state: nu_at(state.generation, common.scalar_dtype(state)),
         init,
         tell,
         estimate,

@@ -21,7 +21,21 @@ from jaxes.types import Strategy, StrategyTraits
 Schedule = Callable[[jax.Array], jax.Array]
 
 
+# σ's floor for float32 states; a wider dtype's floor is as much finer as its resolution.
 DEFAULT_SIGMA_FLOOR = 1e-8
+
+
+def default_sigma_floor(dtype) -> float:
+    """``1e-8`` for float32, scaled by the dtype's resolution (about ``1.9e-17`` for float64),
+    so a float64 run can shrink σ as far as its precision allows.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> default_sigma_floor(jnp.float32), f"{default_sigma_floor(jnp.float64):.2g}"
+      (1e-08, '1.9e-17')
+    """
+    ratio = float(np.finfo(dtype).eps) / float(np.finfo(np.float32).eps)
+    return DEFAULT_SIGMA_FLOOR * ratio
 
 
 def check_population_size(population_size, antithetic: bool) -> int:
@@ -37,10 +51,11 @@ def check_population_size(population_size, antithetic: bool) -> int:
     return p
 
 
-def sigma_schedule(sigma, sigma_floor=DEFAULT_SIGMA_FLOOR) -> Schedule:
-    """σ as a function of the generation: a constant > 0 (possibly a traced scalar) or an
-    optax schedule, never below ``sigma_floor`` (> 0, so a schedule that reaches 0, or
-    returns NaN, gives the floor instead of NaN parameters).
+def sigma_schedule(sigma, sigma_floor=None) -> Schedule:
+    """σ as a function of the generation (and the state's dtype, float32 by default): a
+    constant > 0 (possibly a traced scalar) or an optax schedule, never below ``sigma_floor``
+    (> 0, so a schedule that reaches 0, or returns NaN, gives the floor instead of NaN
+    parameters; ``None`` is ``default_sigma_floor`` of the dtype).
 
     Example:
       >>> import optax
@@ -50,16 +65,27 @@ def sigma_schedule(sigma, sigma_floor=DEFAULT_SIGMA_FLOOR) -> Schedule:
       >>> round(float(sigma_schedule(optax.linear_schedule(0.1, 0.0, 10))(20)), 12)  # floor
       1e-08
     """
-    floor = check_positive("sigma_floor", sigma_floor)
+    floor = None if sigma_floor is None else check_positive("sigma_floor", sigma_floor)
 
-    def floored(value):
-        value = jnp.asarray(value, jnp.float32)
-        return jnp.where(value > floor, value, jnp.float32(floor))
+    def floored(value, dtype):
+        value = jnp.asarray(value, dtype)
+        low = jnp.asarray(default_sigma_floor(dtype) if floor is None else floor, dtype)
+        return jnp.where(value > low, value, low)
 
     if callable(sigma):
-        return lambda generation: floored(sigma(generation))
+        return lambda generation, dtype=jnp.float32: floored(sigma(generation), dtype)
     value = check_positive("sigma", sigma)
-    return lambda generation: floored(value)
+    return lambda generation, dtype=jnp.float32: floored(value, dtype)
+
+
+def init_dtype(params) -> jnp.dtype:
+    """The dtype of the strategy scalars of a state ``init`` builds from ``params``."""
+    return trees.state_dtype(trees.check_params(params))
+
+
+def scalar_dtype(state) -> jnp.dtype:
+    """The dtype of a state's strategy scalars (``trees.state_dtype`` of its params)."""
+    return state.best_fitness.dtype
 
 
 def check_fixed_sigma(sigma, strategy: str) -> None:
@@ -81,12 +107,12 @@ def check_batch_size(batch_size) -> int | None:
     return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
 
 
-NOISE_SOURCES = ("table", "gaussian", "lowrank")
+NOISE_SOURCES = ("auto", "table", "gaussian", "lowrank")
 
 
 def make_perturbations(
     noise: str,
-    noise_table_size: int,
+    noise_table_size: int | None,
     population_size: int,
     antithetic: bool,
     batch_size,
@@ -99,8 +125,11 @@ def make_perturbations(
     ``gaussian_term`` names the strategy's term that holds only for Gaussian ``ε`` (a σ or
     covariance update), if it has one switched on: a non-Gaussian source is then refused.
     """
-    if noise == "table":
-        source = noise_lib.noise_table(noise_table_size)
+    bases = population_size // 2 if antithetic else population_size
+    if noise == "auto" and noise_table_size is None:
+        source = noise_lib.auto(None, bases)
+    elif noise in ("auto", "table"):  # a table size given is a table asked for
+        source = noise_lib.noise_table(noise_table_size, bases)
     elif noise == "gaussian":
         source = noise_lib.gaussian()
     elif noise == "lowrank":
@@ -110,7 +139,7 @@ def make_perturbations(
     if gaussian_term is not None and not source.gaussian:
         raise ValueError(
             f"noise: {noise!r} perturbations are not Gaussian, and {gaussian_term} is derived "
-            "for Gaussian ones; use noise='gaussian' or 'table'"
+            "for Gaussian ones; use noise='auto', 'gaussian' or 'table'"
         )
     return noise_lib.Perturbations(
         source=source,
@@ -139,7 +168,8 @@ def check_fitness(fitness, population_size: int) -> jax.Array:
     """Fitness must be a floating array of shape ``(P,)``; checked at trace time."""
     if not isinstance(fitness, jax.Array | np.ndarray):
         try:
-            fitness = jnp.asarray(fitness, jnp.float32)
+            # Python floats keep the default float's precision (float64 under x64).
+            fitness = jnp.asarray(fitness, jnp.result_type(float))
         except (TypeError, ValueError) as err:
             raise ValueError(
                 f"fitness: expected an array of shape ({population_size},), got "
@@ -152,7 +182,10 @@ def check_fitness(fitness, population_size: int) -> jax.Array:
         )
     dtype = jnp.result_type(fitness)
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"fitness: expected a floating dtype, got {dtype}; cast it to float32")
+        raise ValueError(
+            f"fitness: expected a floating dtype (bfloat16, float16, float32 or float64), got "
+            f"{dtype}; cast it to a float"
+        )
     return jnp.asarray(fitness)
 
 
@@ -284,16 +317,18 @@ def common_fields(
 ) -> dict:
     """The state fields every strategy starts with.
 
-    ``params`` becomes the float32 master copy (``dtypes`` keeps one scalar per leaf in the
-    dtype its members are built in); ``key`` is a threefry key (``noise.noise_key``) for the
-    first ``ask``; ``pending`` says whether an ``ask`` awaits its ``tell``; ``fitness`` is the
-    last fitness told (NaN before any); the best-so-far is a recipe (``BestMember``) whose
-    θ and scale are zeros until the first ``tell`` (fresh buffers, so the state can be
-    donated). Float32 params are not copied: the state holds the caller's arrays.
+    ``params`` becomes the master copy (float32, or float64 for float64 params; ``dtypes``
+    keeps one scalar per leaf in the dtype its members are built in); ``key`` is a threefry
+    key (``noise.noise_key``) for the first ``ask``; ``pending`` says whether an ``ask``
+    awaits its ``tell``; ``fitness`` is the last fitness told (NaN before any); the
+    best-so-far is a recipe (``BestMember``) whose θ and scale are zeros until the first
+    ``tell``. Every buffer is new (the params are copied), so the state can be donated
+    without deleting anything the caller holds.
     """
     params = trees.check_params(params)
     dtypes = jax.tree.map(lambda x: jnp.zeros((), x.dtype), params)
     master = master_params(params)
+    dtype = trees.state_dtype(master)
     table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
     p = perturbations.population_size
     return {
@@ -303,8 +338,8 @@ def common_fields(
         "generation": jnp.zeros((), jnp.int32),
         "noise_state": perturbations.source.init(table_key, master),
         "pending": jnp.zeros((), bool),
-        "fitness": jnp.full((p,), jnp.nan, jnp.float32),
-        "best_fitness": jnp.full((), -jnp.inf, jnp.float32),
+        "fitness": jnp.full((p,), jnp.nan, dtype),
+        "best_fitness": jnp.full((), -jnp.inf, dtype),
         "best": BestMember(
             key=jax.random.key_data(ask_key),
             index=jnp.zeros((), jnp.int32),
@@ -315,10 +350,11 @@ def common_fields(
 
 
 def master_params(params):
-    """``params`` checked and in their master dtype (at least float32); float32 leaves are the
-    caller's own arrays, not copies."""
+    """``params`` checked and in their master dtype (at least float32), always in new buffers:
+    a state never holds the caller's arrays, so donating it (the README's loop) never deletes
+    them. (Under ``jit`` the copy is free: the state is a new output anyway.)"""
     params = trees.check_params(params)
-    return jax.tree.map(lambda x: x.astype(trees.master_dtype(x.dtype)), params)
+    return jax.tree.map(lambda x: jnp.array(x, trees.master_dtype(x.dtype), copy=True), params)
 
 
 def centre(state):
@@ -407,7 +443,7 @@ def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma):
         ),
         centroid_offset_norm=centroid.tree_norm(moments.displacement_sum) / moments.count,
         total_mass=moments.total_mass,
-        sigma=jnp.asarray(mean_sigma, jnp.float32),
+        sigma=jnp.asarray(mean_sigma, best_fitness.dtype),
     )
 
 
@@ -447,24 +483,25 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
         centre=None if best.centre is None else _when(improved, lambda: state.params, best.centre),
         scale=None if best.scale is None else _when(improved, lambda: scale, best.scale),
     )
-    best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(jnp.float32)
+    dtype = scalar_dtype(state)
+    best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(dtype)
     names = tuple(jax.eval_shape(lambda: update()[1]))
     old = {name: getattr(state, name) for name in names}
 
     def applied_update():
         step, changes = update()
         params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
-        return params, changes, centroid.tree_norm(step).astype(jnp.float32)
+        return params, changes, centroid.tree_norm(step).astype(dtype)
 
     params, changes, update_norm = _when(
-        applied, applied_update, (state.params, old, jnp.zeros((), jnp.float32))
+        applied, applied_update, (state.params, old, jnp.zeros((), dtype))
     )
     info = strategy_info(fitness, best_fitness, applied, update_norm, moments, info_sigma)
     new_state = state._replace(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
         pending=jnp.zeros((), bool),
-        fitness=jnp.where(pending, fitness.astype(jnp.float32), state.fitness),
+        fitness=jnp.where(pending, fitness.astype(dtype), state.fitness),
         best_fitness=best_fitness,
         best=best,
         **changes,
@@ -472,10 +509,31 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     return new_state, info
 
 
-def per_coordinate(value, params):
-    """A float32 pytree like ``params`` holding ``value`` (a scalar or such a pytree)."""
+def per_coordinate(value, params, name: str = "sigma"):
+    """A pytree like ``params`` (master params: float32 or float64) holding ``value`` (a
+    scalar or such a pytree, whose leaves broadcast to the params' shapes) in each leaf's
+    dtype; anything else is a ``ValueError`` naming ``name``."""
+    single = jax.tree_util.treedef_is_leaf(jax.tree.structure(value))
+    if not (single and jnp.ndim(value) == 0):
+        if jax.tree.structure(value) != jax.tree.structure(params):
+            raise ValueError(
+                f"{name}: expected a number or a pytree like the params "
+                f"({jax.tree.structure(params)}), got {jax.tree.structure(value)}"
+            )
+        for (path, v), x in zip(
+            jax.tree_util.tree_leaves_with_path(value), jax.tree.leaves(params), strict=True
+        ):
+            try:
+                fits = jnp.broadcast_shapes(jnp.shape(v), jnp.shape(x)) == jnp.shape(x)
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"{name}: leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(v)}, which "
+                    f"does not broadcast to the params' {jnp.shape(x)}"
+                )
     return jax.tree.map(
-        lambda v, x: jnp.broadcast_to(jnp.asarray(v, jnp.float32), jnp.shape(x)),
+        lambda v, x: jnp.broadcast_to(jnp.asarray(v, x.dtype), jnp.shape(x)),
         trees.broadcast_like(value, params),
         params,
     )

@@ -57,10 +57,10 @@ def open_es(
     l2_coeff=0.0,
     antithetic: bool = True,
     fitness_shaping="centered_rank",
-    noise: str = "table",
-    noise_table_size: int = 2**24,
+    noise: str = "auto",
+    noise_table_size: int | None = None,
     noise_rank: int = 1,
-    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
+    sigma_floor=None,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -83,13 +83,18 @@ def open_es(
       l2_coeff: L2 penalty coefficient (>= 0) on θ.
       antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a callable.
-      noise: ``"table"`` (windows of a shared table, the default: fast), ``"gaussian"``
-        (fresh draws from keys) or ``"lowrank"`` (rank-``noise_rank`` products for every
-        leaf with two or more axes, ``jaxes.lowrank``).
-      noise_table_size: floats in the table when ``noise="table"``.
+      noise: ``"auto"`` (the default: ``"gaussian"`` for a population of fewer than
+        ``2**14`` noise values, ``"table"`` otherwise; ``jaxes.noise.auto``), ``"table"``
+        (windows of a noise table sized to the problem: fast), ``"gaussian"`` (fresh draws
+        from keys) or ``"lowrank"`` (rank-``noise_rank`` products for every leaf with two or
+        more axes, ``jaxes.lowrank``).
+      noise_table_size: floats in the table; ``None`` sizes it to the problem
+        (``jaxes.noise.table_size``: about ``3d``, at least ``2**16``, at most ``2**24``).
+        A size given makes ``"auto"`` a table whatever the problem's size.
       noise_rank: the rank of ``noise="lowrank"`` perturbations (>= 1; clamped per leaf to
         ``min(m, n)``).
-      sigma_floor: σ never goes below it (> 0), whatever a schedule returns.
+      sigma_floor: σ never goes below it (> 0), whatever a schedule returns; ``None`` is
+        ``1e-8`` for a float32 state, finer for float64 (``default_sigma_floor``).
       noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as many as fit in
         ``memory_budget``).
       memory_budget: bytes of members (evaluation) or rebuilt noise (``tell``) in flight at
@@ -131,13 +136,15 @@ def open_es(
     )
 
     def init(key: jax.Array, params: Params) -> OpenESState:
-        fields = common.common_fields(perturbations, key, params, sigma_at(0), track_best)
+        fields = common.common_fields(
+            perturbations, key, params, sigma_at(0, common.init_dtype(params)), track_best
+        )
         return OpenESState(opt_state=optimizer.init(fields["params"]), **fields)
 
     def estimate(state: OpenESState, fitness):
         common.check_state(state, OpenESState, "open_es", p)
         fitness = common.check_fitness(fitness, p)
-        sig = sigma_at(state.generation)
+        sig = sigma_at(state.generation, common.scalar_dtype(state))
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
         moments = common.population_moments(perturbations, state, mass, sig)
@@ -158,7 +165,7 @@ def open_es(
         perturbations,
         OpenESState,
         "open_es",
-        lambda state: sigma_at(state.generation),
+        lambda state: sigma_at(state.generation, common.scalar_dtype(state)),
         init,
         tell,
         estimate,

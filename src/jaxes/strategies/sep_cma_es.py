@@ -101,9 +101,9 @@ def sep_cma_es(
     elite_size: int | None = None,
     learning_rate=1.0,
     *,
-    sigma_floor=common.DEFAULT_SIGMA_FLOOR,
-    noise: str = "table",
-    noise_table_size: int = 2**24,
+    sigma_floor=None,
+    noise: str = "auto",
+    noise_table_size: int | None = None,
     noise_rank: int = 1,
     noise_batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -118,7 +118,8 @@ def sep_cma_es(
       sigma: the initial global step size (> 0).
       elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
       learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
-      sigma_floor: σ never goes below it (> 0).
+      sigma_floor: σ never goes below it (> 0); ``None`` is ``1e-8`` for a float32 state,
+        finer for float64 (``default_sigma_floor``).
       noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
         as for ``open_es``.
 
@@ -135,7 +136,8 @@ def sep_cma_es(
     mu = p // 2 if elite_size is None else check_int("elite_size", elite_size, 1, p)
     common.check_fixed_sigma(sigma, "sep_cma_es")
     sigma0 = common.check_positive("sigma", sigma)
-    floor = common.check_positive("sigma_floor", sigma_floor)
+    if sigma_floor is not None:
+        common.check_positive("sigma_floor", sigma_floor)
     c_m = common.check_positive("learning_rate", learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
     perturbations = common.make_perturbations(
@@ -160,7 +162,7 @@ def sep_cma_es(
             perturbations, key, params, common.per_coordinate(sigma0, master), track_best
         )
         return SepCMAState(
-            sigma=jnp.asarray(sigma0, jnp.float32),
+            sigma=jnp.asarray(sigma0, common.init_dtype(params)),
             variances=common.per_coordinate(1.0, master),
             path_sigma=common.per_coordinate(0.0, master),
             path_c=common.per_coordinate(0.0, master),
@@ -207,11 +209,12 @@ def sep_cma_es(
                 z_w,
             )
             ps_norm = centroid.tree_norm(path_sigma)
-            g = state.generation.astype(jnp.float32) + 1.0
+            dtype = state.sigma.dtype
+            g = state.generation.astype(dtype) + 1.0
             h_sigma = (
                 ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g))
                 < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
-            ).astype(jnp.float32)
+            ).astype(dtype)
             path_c = jax.tree.map(
                 lambda pc, y: (
                     (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y
@@ -231,7 +234,8 @@ def sep_cma_es(
                 centroid.mass_spread(y_moments),
             )
             sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
-            sigma = jnp.maximum(sigma, floor).astype(jnp.float32)
+            floor = common.default_sigma_floor(dtype) if sigma_floor is None else sigma_floor
+            sigma = jnp.maximum(sigma, jnp.asarray(floor, dtype)).astype(dtype)
             changes = {
                 "sigma": sigma,
                 "variances": variances,
