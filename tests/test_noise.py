@@ -11,7 +11,7 @@ P = 8
 
 
 def recipes():
-    for source in (noise.gaussian(), noise.noise_table(64)):
+    for source in (noise.gaussian(), noise.gaussian_together(P), noise.noise_table(64)):
         for antithetic in (True, False):
             for batch in (None, 3):
                 yield noise.Perturbations(source, P, antithetic, batch)

@@ -269,10 +269,37 @@ def noise_table(size: int | None = None, bases: int = 1) -> NoiseSource:
 AUTO_GAUSSIAN_VALUES = 2**14
 
 
+def gaussian_together(bases: int) -> NoiseSource:
+    """N(0, I) perturbations of a whole population drawn at once: ``ε_j`` is row ``j`` of one
+    ``(bases, d)`` threefry draw from the population's key. One random kernel per ``ask`` or
+    ``tell`` instead of one per base and one to derive their keys; a member built alone
+    draws the whole (small) block too, so it is bit-identical to its row.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> src, like = gaussian_together(4), jnp.zeros(3)
+      >>> rows = jax.random.normal(jax.random.key(1), (4, 3))
+      >>> bool(jnp.all(src.sample(None, jax.random.key(1), 2, like) == rows[2]))
+      True
+    """
+    bases = check_int("bases", bases, 1)
+
+    def init(key, params):
+        del key, params
+        return None
+
+    def sample(noise_state, key, j, params):
+        del noise_state
+        block = jax.random.normal(noise_key(key), (bases, num_params(params)), jnp.float32)
+        return unflatten_like(block[j], params)
+
+    return NoiseSource(init, sample, "gaussian")
+
+
 def auto(size: int | None = None, bases: int = 1) -> NoiseSource:
-    """The source by size: ``gaussian()`` for a population of fewer than ``2**14`` noise
-    values (``bases × d``), where drawing them costs least and the state stays a few kB;
-    ``noise_table(size, bases)`` otherwise, where reading beats drawing by far.
+    """The source by size: ``gaussian_together(bases)`` for a population of fewer than
+    ``2**14`` noise values (``bases × d``), where drawing them costs least and the state stays
+    a few kB; ``noise_table(size, bases)`` otherwise, where reading beats drawing by far.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -282,7 +309,7 @@ def auto(size: int | None = None, bases: int = 1) -> NoiseSource:
       >>> src.init(jax.random.key(0), jnp.zeros(10_000)).values.shape  # 80,000: a table
       (75535,)
     """
-    draws, table = gaussian(), noise_table(size, bases)
+    draws, table = gaussian_together(bases), noise_table(size, bases)
 
     def pick(params) -> NoiseSource:
         return draws if num_params(params) * bases < AUTO_GAUSSIAN_VALUES else table

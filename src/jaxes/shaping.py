@@ -22,6 +22,23 @@ def _dtype(fitness: jnp.ndarray) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(fitness), jnp.float32)
 
 
+# Up to this many members ties are found by comparing every pair (one fused kernel); above
+# it, by binary search in the sorted fitness (a loop, cheaper than P² comparisons).
+_COMPARE_ALL_MAX = 1024
+
+
+def _tie_span(f: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """For each member, the first and last ascending positions of its tie group."""
+    if f.shape[0] <= _COMPARE_ALL_MAX:
+        below = jnp.sum(f[None, :] < f[:, None], axis=1)
+        return below, below + jnp.sum(f[None, :] == f[:, None], axis=1) - 1
+    ordered = jnp.sort(f)
+    return (
+        jnp.searchsorted(ordered, f, side="left"),
+        jnp.searchsorted(ordered, f, side="right") - 1,
+    )
+
+
 def centered_rank(fitness: jnp.ndarray) -> jnp.ndarray:
     """Ranks scaled to [-0.5, 0.5] (Salimans et al. 2017); ties share their average rank.
 
@@ -35,9 +52,7 @@ def centered_rank(fitness: jnp.ndarray) -> jnp.ndarray:
     dtype = _dtype(fitness)
     f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(dtype)
     p = f.shape[0]
-    ordered = jnp.sort(f)
-    low = jnp.searchsorted(ordered, f, side="left")
-    high = jnp.searchsorted(ordered, f, side="right") - 1
+    low, high = _tie_span(f)
     # (2·rank - (P-1)) / (2(P-1)) with 2·rank = low + high: integer numerators symmetric about
     # zero, so the weights are exactly antisymmetric and sum to exactly zero.
     return (low + high - (p - 1)).astype(dtype) / (2.0 * (p - 1))
@@ -78,9 +93,7 @@ def _by_rank(fitness: jnp.ndarray, per_rank: jnp.ndarray) -> jnp.ndarray:
     the ranks a group of tied members spans; non-finite fitness ranks last."""
     f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(_dtype(fitness))
     p = f.shape[0]
-    ordered = jnp.sort(f)
-    low = jnp.searchsorted(ordered, f, side="left")  # ascending positions of the tie group
-    high = jnp.searchsorted(ordered, f, side="right") - 1
+    low, high = _tie_span(f)  # ascending positions of the tie group
     cumulative = jnp.concatenate([jnp.zeros(1, per_rank.dtype), jnp.cumsum(per_rank)])
     # Best-first ranks of the group are P-1-high .. P-1-low.
     return (cumulative[p - low] - cumulative[p - 1 - high]) / (high - low + 1)

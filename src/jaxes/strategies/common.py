@@ -447,15 +447,23 @@ def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma):
     )
 
 
+# Up to this many state entries a select costs less than a branch (on the CPU a cond is a
+# runtime call); above it the branch's in-place update pays.
+_SELECT_MAX_ENTRIES = 2**16
+
+
 def _when(condition, new: Callable, old):
-    """``new()`` if ``condition`` else ``old``, as a ``lax.cond``: the new values are computed
-    only in the branch that keeps them, so XLA updates donated buffers in place. (A
-    ``where(condition, new, old)`` needs both alive at once, and XLA then copies every
-    parameter-sized buffer of the state: 18 copies of θ and Adam's moments at 100M params.)"""
+    """``new()`` if ``condition`` else ``old``. For a big state, a ``lax.cond``: the new
+    values are computed only in the branch that keeps them, so XLA updates donated buffers in
+    place. (A ``where(condition, new, old)`` needs both alive at once, and XLA then copies
+    every parameter-sized buffer of the state: 18 copies of θ and Adam's moments at 100M
+    params.) For a small one, that ``where``: no branch to run."""
 
     def taken():
         return jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new(), old)
 
+    if sum(jnp.size(x) for x in jax.tree.leaves(old)) <= _SELECT_MAX_ENTRIES:
+        return jax.tree.map(lambda a, b: jnp.where(condition, a, b), taken(), old)
     return jax.lax.cond(condition, taken, lambda: old)
 
 
