@@ -13,12 +13,16 @@ threefry. Threefry is a pure function of key and counter, so a member built alon
 ``vmap`` or on another device is bit-identical to its row of the population; ``rbg`` keys are
 not (their bits depend on the batch they are drawn in).
 
-Two sources of ``ε``:
-  * ``noise_table(size)`` (the default): a table of ``size`` N(0, 1) floats drawn once at
-    ``init``; ``ε_j`` is read as windows of the table at key-derived offsets, one
-    window per block of ``size // 2`` coordinates, so a model of any size reads its noise
-    instead of drawing it (Salimans et al.'s shared table).
-  * ``gaussian()``: fresh N(0, I) draws (threefry) for every perturbation.
+Sources of ``ε``:
+  * ``auto(size, bases)`` (the default): ``gaussian_together`` for a population of fewer than
+    ``2**14`` noise values, ``noise_table`` above, so no state carries a buffer that does not
+    grow with the problem.
+  * ``noise_table(size, bases)``: a table of N(0, 1) floats drawn once at ``init``, sized to
+    the problem (``table_size``); ``ε_j`` is read as windows of it, one per block of
+    ``min(d, size // 2)`` coordinates, so a model of any size reads its noise instead of
+    drawing it (Salimans et al.'s shared table).
+  * ``gaussian()``: fresh N(0, I) draws (threefry) for every perturbation;
+    ``gaussian_together(bases)``: one draw for a whole (small) population.
   * ``jaxes.lowrank.lowrank(r)``: rank-``r`` products ``A Bᵀ/√r`` for matrices, kept as
     factors where it pays (``factors``/``combine``, ``Perturbations.displacement``).
 
