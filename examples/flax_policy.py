@@ -14,8 +14,10 @@ Run:
 
 It prints ``noise-free eval return: R after N generations``. On inverted_pendulum (spring
 backend, 1000-step episodes, reward 1 per step the pole stays up, so 1000 is the maximum) with
-the defaults (OpenAI-ES, P = 32, σ = 0.05, Adam 0.03, 4 evaluation episodes) and seed 0 it
-reaches 900 within the 80 generations of ``--quick`` (``tests/test_examples.py`` checks it).
+the defaults (OpenAI-ES, P = 32, σ = 0.05, Adam 0.03, 4 evaluation episodes) it reaches 900
+within the 120 generations of ``--quick`` (``tests/test_examples.py`` checks it): at
+generation 85, 100 and 35 for seeds 0, 1 and 2 at commit ``676c4a5`` (within 80, seeds 0 and
+1 peak at 891 and 896).
 The skip path is there because LayerNorm alone discards how far the pole is from upright.
 """
 
@@ -66,7 +68,7 @@ class SkipMLP(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="at most 80 generations")
+    parser.add_argument("--quick", action="store_true", help="at most 120 generations")
     parser.add_argument("--env", default="inverted_pendulum")
     parser.add_argument("--episode-length", type=int, default=1000)
     parser.add_argument("--population", type=int, default=32)
@@ -75,7 +77,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=900.0, help="stop at this eval return")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    generations = args.generations or (80 if args.quick else 300)
+    generations = args.generations or (120 if args.quick else 300)
 
     # The module's output size is the environment's action size; the task scales the tanh
     # output to the actuators' range (jaxes.policies.from_module).
