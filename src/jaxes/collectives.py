@@ -27,10 +27,11 @@ def gather_members(values, axis_name):
     Under ``jax.shard_map`` the result is also *typed* as the same on every device (invariant
     along ``axis_name``: ``jax.lax.all_gather(..., to="invarying")``). A plain
     ``jax.lax.all_gather`` moves the same values but types them as varying; a ``tell`` on them
-    then computes a varying new state, and with ``check_vma=True`` (shard_map's default) its
-    ``lax.cond`` between the new and the old state fails with ``cond branches must have equal
-    output types ... {V:...}`` (as a ``lax.scan`` carry or ``out_specs=PartitionSpec()``
-    would). It also works under ``jax.pmap``, and under ``jax.vmap`` with an ``axis_name`` (a
+    then computes a varying new state, and with ``check_vma=True`` (shard_map's default) a
+    ``lax.scan`` carry refuses it (``carry input and carry output must have equal types ...
+    {V:...}``), as does ``out_specs=PartitionSpec()``, or, for a big state, the ``lax.cond``
+    between the new and the old state in ``tell`` (``cond branches must have equal output
+    types``). It also works under ``jax.pmap``, and under ``jax.vmap`` with an ``axis_name`` (a
     plain ``all_gather`` there).
 
     Example (any device count; ``"population"`` is ``jaxes.parallel.make_mesh``'s axis):
