@@ -43,7 +43,8 @@ def check_params(params: Params) -> Params:
                 f"params: leaf {name} has shape {jnp.shape(leaf)}, with no entries to perturb; "
                 "drop it from the pytree"
             )
-        if not isinstance(leaf, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(leaf))):
+        # Reduced where the leaf lives: only one bool reaches the host, not the params.
+        if not isinstance(leaf, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(leaf))):
             raise ValueError(f"params: leaf {name} has non-finite entries (NaN or inf)")
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
 
