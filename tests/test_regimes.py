@@ -109,6 +109,16 @@ def test_bad_inputs_name_what_is_wrong():
             call()
 
 
+def test_init_inside_jit_checks_closed_over_params_at_trace_time():
+    # Params captured by a traced function are concrete: checked eagerly, never a tracer bool.
+    es = jaxes.open_es(8, 0.1)
+    good, bad = jnp.zeros(3), jnp.array([0.0, jnp.inf, 0.0])
+    state = jax.jit(lambda key: es.init(key, good))(jax.random.key(0))
+    assert state.params.shape == (3,)
+    with pytest.raises(ValueError, match="non-finite"):
+        jax.jit(lambda key: es.init(key, bad))(jax.random.key(0))
+
+
 def test_evaluate_under_jit_without_an_ask_gives_nan_that_tell_ignores():
     es = jaxes.open_es(8, 0.1)
     state = es.init(jax.random.key(0), jnp.zeros(3))

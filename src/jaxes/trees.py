@@ -43,10 +43,16 @@ def check_params(params: Params) -> Params:
                 f"params: leaf {name} has shape {jnp.shape(leaf)}, with no entries to perturb; "
                 "drop it from the pytree"
             )
-        # Reduced where the leaf lives: only one bool reaches the host, not the params.
-        if not isinstance(leaf, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(leaf))):
+        if not isinstance(leaf, jax.core.Tracer) and not _all_finite(leaf):
             raise ValueError(f"params: leaf {name} has non-finite entries (NaN or inf)")
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), params)
+
+
+def _all_finite(leaf) -> bool:
+    # Reduced where the leaf lives (one bool reaches the host, not the params), and eagerly even
+    # when a concrete leaf is closed over by a function being traced.
+    with jax.ensure_compile_time_eval():
+        return bool(jnp.all(jnp.isfinite(leaf)))
 
 
 def master_dtype(dtype) -> jnp.dtype:
