@@ -26,12 +26,12 @@ test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check src tests examples benchmarks notebooks
-	$(BIN)/ruff format --check src tests examples benchmarks notebooks
+	$(BIN)/ruff check conftest.py src tests examples benchmarks notebooks
+	$(BIN)/ruff format --check conftest.py src tests examples benchmarks notebooks
 
 format: $(VENV)/.test-installed
-	$(BIN)/ruff format src tests examples benchmarks notebooks
-	$(BIN)/ruff check --fix src tests examples benchmarks notebooks
+	$(BIN)/ruff format conftest.py src tests examples benchmarks notebooks
+	$(BIN)/ruff check --fix conftest.py src tests examples benchmarks notebooks
 
 bench: $(VENV)/.test-installed
 	$(BIN)/pip install --quiet -e '.[bench]'

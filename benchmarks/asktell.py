@@ -165,9 +165,9 @@ def make_jaxes_step(spec: dict):
     import jax.numpy as jnp
 
     import jaxes
-    from jaxes.runner import init_state
     from jaxes.step import generation_step
     from jaxes.tasks.functions import function_task
+    from jaxes.training.runner import init_state
 
     d, variant = spec["d"], spec["variant"]
     # Defaults otherwise; the *_gaussian variants show what the default noise source buys.

@@ -110,7 +110,7 @@ def record_compiles() -> dict:
 
 
 def jaxes_config(seed: int, generations: int):
-    from jaxes.config import TrainConfig
+    from jaxes.app.config import TrainConfig
 
     return TrainConfig(
         env=ENV,
@@ -138,8 +138,8 @@ def solve_jaxes(seed: int, generations: int) -> dict:
     import io
     import tempfile
 
-    from jaxes import runner
-    from jaxes.config import build
+    from jaxes.app.config import build
+    from jaxes.training import runner
 
     compiles = record_compiles()
     start = time.perf_counter()
@@ -295,9 +295,9 @@ def overhead(train_generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import jax.numpy as jnp
 
-    from jaxes import runner
-    from jaxes.config import build
+    from jaxes.app.config import build
     from jaxes.step import generation_step
+    from jaxes.training import runner
 
     strategy, task = build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
     state = runner.init_state(strategy, task, 0)
@@ -369,9 +369,10 @@ def hopper(generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import numpy as np
 
-    from jaxes import runner, strategies
+    from jaxes import strategies
     from jaxes.step import generation_step
     from jaxes.tasks.brax import brax_task
+    from jaxes.training import runner
 
     def task(chunk_length):
         return brax_task(
@@ -443,7 +444,7 @@ def run_child(spec: dict) -> None:
 
 def jaxes_xla_flags() -> str:
     """jaxes' CPU compiler options (`jaxes.compilation.CPU_OPTIONS`) as XLA_FLAGS, for Brax."""
-    from jaxes import compilation
+    from jaxes.training import compilation
 
     return " ".join(f"--{k}={str(v).lower()}" for k, v in compilation.CPU_OPTIONS.items())
 

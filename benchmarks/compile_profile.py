@@ -47,10 +47,10 @@ def child(piece: str, env: str | None, calls: int) -> dict:
         raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
     from brax_vs_brax_es import jaxes_config
 
-    from jaxes import runner
-    from jaxes.config import TrainConfig, build
+    from jaxes.app.config import TrainConfig, build
     from jaxes.step import generation_step
     from jaxes.strategies.common import centre
+    from jaxes.training import runner
 
     strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig(env=env))
     state = runner.init_state(strategy, task, 0)

@@ -35,8 +35,9 @@ def quiet():
 
 def jaxes_rate(population: int, backend: str, episode: int, generations: int) -> dict:
     jax = quiet()
-    from jaxes import parallel, runner
-    from jaxes.config import TrainConfig, build
+    from jaxes import parallel
+    from jaxes.app.config import TrainConfig, build
+    from jaxes.training import runner
 
     config = TrainConfig(
         env=ENV,

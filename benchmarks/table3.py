@@ -97,7 +97,7 @@ from _common import (
     write_json,
 )
 
-from jaxes import presets
+from jaxes.app import presets
 
 PERCENTS = (25, 50, 75, 100)
 # Table 3 of Salimans et al. 2017: TRPO's score at 25/50/75/100 % of its learning progress,
@@ -634,7 +634,7 @@ def brax_child(spec: dict) -> dict:
     from brax.training.agents.es import networks as es_networks
     from brax.training.agents.es import train as brax_es
 
-    from jaxes.tasks.brax_envs import load_env
+    from jaxes.tasks.brax.envs import load_env
 
     settings = dict(spec["es"])
     shaping = brax_es.FitnessShaping[settings.pop("fitness_shaping")]

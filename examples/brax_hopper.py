@@ -29,8 +29,9 @@ import tempfile
 
 import jax
 
-from jaxes import plotting, train
-from jaxes.config import STRATEGIES, TrainConfig
+from jaxes import plotting
+from jaxes.app import train
+from jaxes.app.config import STRATEGIES, TrainConfig
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):

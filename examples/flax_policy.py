@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 import jaxes
-from jaxes import runner
 from jaxes.tasks import brax as brax_tasks
+from jaxes.training import runner
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):

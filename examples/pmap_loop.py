@@ -24,8 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxes
-from jaxes import parallel, runner
+from jaxes import parallel
 from jaxes.tasks.functions import function_task
+from jaxes.training import runner
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):

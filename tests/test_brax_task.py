@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import jaxes
-from jaxes import running_stats
 from jaxes.tasks import brax as brax_tasks
+from jaxes.tasks.brax import running_stats
 
 EPISODE = 60
 P, E = 4, 2

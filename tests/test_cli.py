@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import TINY_FLAGS
 
-from jaxes import cli, presets
+from jaxes.app import cli, presets
 
 
 def run_main(capsys, *argv):

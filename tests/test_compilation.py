@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import pytest
 
 import jaxes
-from jaxes import compilation, runner
 from jaxes.tasks.functions import function_task
+from jaxes.training import compilation, runner
 
 
 def test_the_cpu_options_turn_xlas_fusion_emitters_off():

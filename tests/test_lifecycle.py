@@ -18,9 +18,11 @@ import pytest
 from conftest import TINY_FLAGS
 
 import jaxes
-from jaxes import rundir, runner, running_stats, train
-from jaxes.config import TrainConfig
+from jaxes.app import train
+from jaxes.app.config import TrainConfig
+from jaxes.tasks.brax import running_stats
 from jaxes.tasks.functions import function_task
+from jaxes.training import rundir, runner
 from jaxes.types import Task
 
 
@@ -256,7 +258,7 @@ def test_load_policy_is_the_trained_act_with_its_normalisation(tiny_run):
 def test_render_plays_the_episode_evaluation_plays(tiny_run):
     """A replay and an evaluation see the policy training saw: the same act, the same
     normalisation, so the same return from the same start."""
-    from jaxes import render
+    from jaxes.tasks.brax import render
 
     config, _, task, _, state = train.load_run(str(tiny_run))
     key = jax.random.key(3)

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 import jaxes
-from jaxes import config as config_lib
-from jaxes import presets, runner, train
+from jaxes.app import config as config_lib
+from jaxes.app import presets, train
 from jaxes.step import generation_step
 from jaxes.strategies.common import centre
-from jaxes.tasks.brax_envs import env_names, supported_backends
+from jaxes.tasks.brax.envs import env_names, supported_backends
 from jaxes.tasks.functions import function_task
+from jaxes.training import runner
 
 
 @pytest.mark.parametrize("env", env_names())
@@ -103,7 +104,7 @@ def test_timesteps_stop_inside_a_block_and_resume_like_one_run(tmp_path):
 
 
 def _final(out):
-    from jaxes.checkpoint import Checkpointer
+    from jaxes.training.checkpoint import Checkpointer
 
     ckpt = Checkpointer(os.path.join(out, "checkpoints"), create=False)
     try:
@@ -195,7 +196,7 @@ def test_envs_that_needed_help_train_a_generation(env, tmp_path):
 
 
 def test_loading_an_env_leaves_no_mujoco_log_behind(tmp_path, monkeypatch):
-    from jaxes.tasks.brax_envs import load_env
+    from jaxes.tasks.brax.envs import load_env
 
     monkeypatch.chdir(tmp_path)
     load_env("halfcheetah")  # its model uses an attribute MuJoCo warns about

@@ -13,10 +13,10 @@ from test_parallel import max_diff, one_device, shard_mapped
 from test_unbiased import OBJECTIVES, SIGMA, THETA, P, within_standard_errors
 
 import jaxes
-from jaxes import factored, lowrank
-from jaxes.cli import main
-from jaxes.lowrank import LowRank
-from jaxes.noise import Perturbations
+from jaxes import factored
+from jaxes.app.cli import main
+from jaxes.noise import Perturbations, lowrank
+from jaxes.noise.lowrank import LowRank
 from jaxes.tasks.functions import function_task
 
 # Several matrices, biases and a 3-D leaf (a batch of two 3 x 4 matrices).
@@ -242,9 +242,9 @@ def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message
 
 def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
     # Wiring only (jit(...).lower: traced, not compiled): the CLI's settings reach the strategy.
-    from jaxes import runner
-    from jaxes.config import TrainConfig, build
+    from jaxes.app.config import TrainConfig, build
     from jaxes.step import generation_step
+    from jaxes.training import runner
 
     config = TrainConfig(env="fast", noise="lowrank", noise_rank=3, policy="mlp")
     strategy, task = build(config)

@@ -14,10 +14,12 @@ import pytest
 from conftest import TINY_FLAGS
 
 import jaxes
-from jaxes import parallel, runner, train
+from jaxes import parallel
+from jaxes.app import train
 from jaxes.step import TrainState, generation_step
 from jaxes.tasks.brax import brax_task, observation_size
 from jaxes.tasks.functions import function_task
+from jaxes.training import runner
 
 GENERATIONS = 20
 N = 4

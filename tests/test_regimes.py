@@ -129,7 +129,7 @@ def test_evaluate_under_jit_without_an_ask_gives_nan_that_tell_ignores():
 
 
 def test_the_cli_and_python_agree_on_the_smallest_population():
-    from jaxes import config
+    from jaxes.app import config
 
     with pytest.raises(config.ConfigError, match="population_size: expected an int >= 2"):
         config.TrainConfig(env="inverted_pendulum", population_size=1)

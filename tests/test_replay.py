@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxes.offline_page import self_contained
 from jaxes.tasks.brax import load_env
+from jaxes.tasks.brax.offline_page import self_contained
 
 REMOTE = r"(?:https?:)?//[^\s\"'<>)]+"
 IMPORTMAP = re.compile(r"""<script\s+type=["']importmap["']\s*>(.*?)</script>""", re.S)

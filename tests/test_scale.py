@@ -9,8 +9,9 @@ import optax
 import pytest
 
 import jaxes
-from jaxes import checkpoint, evaluation, runner, step
+from jaxes import evaluation, step
 from jaxes.tasks.functions import function_task
+from jaxes.training import checkpoint, runner
 
 STRATEGIES = {
     "open_es": lambda **kw: jaxes.open_es(16, 0.1, learning_rate=0.05, **kw),

@@ -10,8 +10,9 @@ import pytest
 from test_parallel import max_diff, one_device, shard_mapped
 
 import jaxes
-from jaxes import runner, subspace
+from jaxes import subspace
 from jaxes.tasks.functions import function_task
+from jaxes.training import runner
 
 PARAMS = {"w": jnp.ones((6, 5)), "b": jnp.zeros(5)}
 
@@ -148,7 +149,7 @@ def test_doubled_features_with_scaled_sigma_and_step_follow_the_original():
     ],
 )
 def test_cli_bad_subspace_settings_are_one_line(capsys, tmp_path, flags, message):
-    from jaxes.cli import main
+    from jaxes.app.cli import main
 
     code = main(["train", *flags, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
@@ -158,7 +159,7 @@ def test_cli_bad_subspace_settings_are_one_line(capsys, tmp_path, flags, message
 
 def test_jaxes_train_subspace_settings_reach_the_strategy_and_config_reads_back(tmp_path):
     # Wiring only (jit(...).lower: traced, not compiled).
-    from jaxes.config import TrainConfig, build, read_config
+    from jaxes.app.config import TrainConfig, build, read_config
     from jaxes.step import generation_step
 
     config = TrainConfig(env="fast", policy="mlp", subspace_dim=5, subspace_projection="sparse")

@@ -12,9 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxes import runner, train
-from jaxes.config import TrainConfig, build, strategy_default
+from jaxes.app import train
+from jaxes.app.config import TrainConfig, build, strategy_default
 from jaxes.step import generation_step
+from jaxes.training import runner
 
 TINY = dict(
     episode_length=100,

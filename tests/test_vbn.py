@@ -8,10 +8,10 @@ import pytest
 from test_parallel import max_diff, one_device, shard_mapped
 
 import jaxes
-from jaxes import checkpoint, policies, runner
-from jaxes.config import ConfigError, TrainConfig
+from jaxes.app.config import ConfigError, TrainConfig
 from jaxes.step import generation_step
-from jaxes.tasks.brax import brax_task
+from jaxes.tasks.brax import brax_task, policies
+from jaxes.training import checkpoint, runner
 
 TASK = brax_task("inverted_pendulum", "spring", 20, "vbn_mlp", (8, 8), reference_size=16)
 

@@ -17,7 +17,6 @@ from jaxes import (
     diagnostics,
     evaluation,
     factored,
-    lowrank,
     noise,
     shaping,
     subspace,
@@ -26,7 +25,7 @@ from jaxes import (
 )
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.evaluation import evaluate
-from jaxes.noise import NoiseSource, Perturbations
+from jaxes.noise import NoiseSource, Perturbations, lowrank
 from jaxes.shaping import centered_rank, raw, z_score
 from jaxes.strategies import (
     OpenESInfo,

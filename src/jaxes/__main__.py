@@ -1,5 +1,5 @@
 """``python -m jaxes`` is the ``jaxes`` command."""
 
-from jaxes.cli import entry
+from jaxes.app.cli import entry
 
 entry()

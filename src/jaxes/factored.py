@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes import evaluation
-from jaxes.lowrank import LowRank, dense, is_factored
+from jaxes.noise.lowrank import LowRank, dense, is_factored
 from jaxes.types import Params, Strategy
 
 

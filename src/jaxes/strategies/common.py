@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import centroid, lowrank, trees
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive, is_traced
+from jaxes.noise import lowrank
 from jaxes.types import Strategy, StrategyTraits
 
 Schedule = Callable[[jax.Array], jax.Array]

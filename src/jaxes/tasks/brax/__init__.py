@@ -22,8 +22,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxes import collectives, policies, running_stats
-from jaxes.tasks.brax_envs import (  # noqa: F401 - re-exported: where users found them
+from jaxes import collectives
+from jaxes.tasks.brax import policies, running_stats
+from jaxes.tasks.brax.envs import (  # noqa: F401 - re-exported: where users found them
     BACKENDS,
     action_range,
     env_names,

@@ -42,13 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
-from jaxes.trees import (
-    broadcast_like,
-    is_rounded,
-    master_dtype,
-    num_params,
-    unflatten_like,
-)
+from jaxes.trees import broadcast_like, is_rounded, master_dtype, num_params, unflatten_like
 from jaxes.types import Params, PRNGKey
 
 NoiseState = Any

@@ -1,0 +1,156 @@
+"""Per-environment training settings: what ``jaxes train --env E`` uses when no flag says
+otherwise. One table, here; ``TrainConfig`` fills every setting it is not given from it (then
+from ``DEFAULTS``), ``jaxes train --help`` and docs/training.md print it, and ``config.json``
+records the values a run used.
+
+The step-size rows (``sigma``, ``learning_rate``, ``l2_coeff``) are tuned for ``open_es``
+(the paper's strategy): another ``--strategy`` keeps the env's other settings and takes its
+own defaults for those three.
+
+What each preset reaches, and how it was measured, is in docs/benchmarks.md (the Table 3
+sweep, ``benchmarks/table3.py``).
+"""
+
+from __future__ import annotations
+
+# Settings an env does not set. Linear policies on normalised observations: the paper's
+# MuJoCo policies were MLPs, but Mania et al. (2018) showed linear ones learn these tasks
+# with far fewer env steps, which is what a CPU can afford.
+DEFAULTS: dict = {
+    "backend": "spring",
+    "episode_length": 1000,
+    "population_size": 32,
+    "sigma": 0.05,
+    "learning_rate": 0.03,
+    "l2_coeff": 0.0,
+    "generations": 80,
+    "policy": "linear",
+    "hidden_sizes": (32, 32),
+    "eval_every": 5,
+    "eval_episodes": 8,
+    "checkpoint_every": 10,
+    "normalize_observations": True,
+}
+
+# The settings open_es's step sizes were tuned with; other strategies drop these.
+STEP_SIZE_SETTINGS = ("sigma", "learning_rate", "l2_coeff")
+TUNED_FOR = "open_es"
+
+PRESETS: dict[str, dict] = {
+    "inverted_pendulum": {},
+    # Small populations learn the pendulums with the fewest env steps (more updates per
+    # step); inverted_pendulum keeps P = 32, which every seed takes to 1000 within 80
+    # generations. P = 8 (sigma >= 0.1, Adam >= 0.03) reaches the paper's 25 % and 50 % scores
+    # in fewer env steps than its ES, but keeps dipping to 800-900 after reaching 1000
+    # (docs/benchmarks.md, the sweep), and the default run should end solved.
+    "inverted_double_pendulum": {
+        "population_size": 8,
+        "learning_rate": 0.05,
+        "generations": 1000,
+        "eval_every": 4,
+        "checkpoint_every": 20,
+    },
+    "hopper": {
+        "population_size": 32,
+        "sigma": 0.02,
+        "learning_rate": 0.02,
+        "l2_coeff": 0.005,
+        "generations": 600,
+        "eval_every": 5,
+        "checkpoint_every": 25,
+    },
+    "halfcheetah": {
+        "population_size": 32,
+        "sigma": 0.03,
+        "learning_rate": 0.03,
+        "l2_coeff": 0.005,
+        "generations": 300,
+        "eval_every": 2,
+        "checkpoint_every": 10,
+    },
+    "walker2d": {
+        "population_size": 64,
+        "sigma": 0.02,
+        "learning_rate": 0.02,
+        "l2_coeff": 0.005,
+        "generations": 600,
+        "eval_every": 5,
+        "checkpoint_every": 25,
+    },
+    # Swimmer needs big steps (one of three seeds still settles near a return of 50).
+    "swimmer": {
+        "backend": "generalized",
+        "population_size": 16,
+        "sigma": 0.05,
+        "learning_rate": 0.1,
+        "generations": 200,
+        "eval_every": 2,
+        "checkpoint_every": 10,
+    },
+    "ant": {
+        "population_size": 64,
+        "sigma": 0.02,
+        "learning_rate": 0.02,
+        "l2_coeff": 0.005,
+        "generations": 600,
+        "eval_every": 10,
+        "checkpoint_every": 50,
+    },
+    "humanoid": {
+        "population_size": 128,
+        "sigma": 0.01,
+        "learning_rate": 0.02,
+        "l2_coeff": 0.005,
+        "generations": 600,
+        "eval_every": 10,
+        "checkpoint_every": 50,
+    },
+    "humanoidstandup": {
+        "population_size": 128,
+        "sigma": 0.01,
+        "learning_rate": 0.02,
+        "l2_coeff": 0.005,
+        "generations": 600,
+        "eval_every": 10,
+        "checkpoint_every": 50,
+    },
+    "reacher": {"episode_length": 50, "population_size": 32, "generations": 300},
+    "pusher": {"episode_length": 100, "population_size": 32, "generations": 300},
+    "fast": {"episode_length": 100, "generations": 20},
+}
+
+
+def preset(env: str, strategy: str = TUNED_FOR) -> dict:
+    """The settings ``env`` trains with when nothing else is said (``DEFAULTS`` filled in);
+    for a strategy other than ``open_es``, without the step sizes tuned for it.
+
+    Example:
+      >>> preset("swimmer")["backend"], preset("hopper")["sigma"]
+      ('generalized', 0.02)
+      >>> "sigma" in preset("hopper", "snes")
+      False
+    """
+    settings = {**DEFAULTS, **PRESETS.get(env, {})}
+    if strategy != TUNED_FOR:
+        for name in STEP_SIZE_SETTINGS:
+            settings.pop(name)
+    return settings
+
+
+def table() -> str:
+    """The presets as text, one env per line (for ``jaxes train --help`` and the docs).
+
+    Example:
+      >>> table().splitlines()[0].split()[:3]
+      ['defaults:', 'backend=spring', 'episode_length=1000']
+    """
+
+    def text(settings: dict) -> str:
+        return " ".join(
+            f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+            for k, v in settings.items()
+        )
+
+    lines = [f"defaults: {text(DEFAULTS)}"]
+    lines += [f"{env}: {text(PRESETS[env]) or '(the defaults)'}" for env in sorted(PRESETS)]
+    return "\n".join(lines)

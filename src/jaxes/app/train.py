@@ -1,0 +1,169 @@
+"""Brax runs from a ``TrainConfig``: train one, load one back, export its policy.
+
+``run`` builds the strategy and task a config describes and hands them to the generic runner
+(``jaxes.runner.run``), recording the config as ``config.json``. ``load_run`` and
+``load_policy`` read a run directory back (any checkpoint), for evaluation, replays or a
+deployed controller.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import jax
+
+from jaxes.app.config import TrainConfig, build, read_config
+from jaxes.step import TrainState
+from jaxes.strategies.common import centre
+from jaxes.training import checkpoint, rundir, runner
+from jaxes.types import Strategy, Task
+
+
+def run(
+    config: TrainConfig,
+    out: str,
+    resume: bool = False,
+    stream: TextIO | None = None,
+    plot: bool = True,
+    progress_fn: Callable[[int, dict], Any] | None = None,
+) -> dict:
+    """Trains as ``config`` says, writing into ``out``; returns ``runner.run``'s summary.
+
+    With ``resume=True`` the config must equal the run's ``config.json`` except for
+    ``generations``.
+
+    Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
+      >>> import io
+      >>> config = TrainConfig(episode_length=100, generations=10)
+      >>> summary = run(config, "runs/pendulum", stream=io.StringIO())  # doctest: +SKIP
+      >>> summary["generations"]  # doctest: +SKIP
+      10
+    """
+    strategy, task = build(config)  # every setting is checked before anything is written
+    return runner.run(
+        strategy,
+        task,
+        out,
+        seed=config.seed,
+        resume=resume,
+        progress_fn=progress_fn,
+        stream=stream,
+        plot=plot,
+        **_loop_settings(config),
+    )
+
+
+def run_seeds(
+    config: TrainConfig,
+    seeds,
+    out: str,
+    resume: bool = False,
+    stream: TextIO | None = None,
+    plot: bool = True,
+    progress_fn: Callable[[int, dict], Any] | None = None,
+) -> dict:
+    """``run`` for every seed in ``seeds`` at once, vmapped in one program; writes
+    ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``runner.run_seeds``'s
+    summary (median and spread over the seeds).
+
+    Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
+      >>> config = TrainConfig(generations=10)
+      >>> summary = run_seeds(config, [0, 1, 2], "runs/p3")  # doctest: +SKIP
+      >>> len(summary["runs"]), summary["final_eval_return"]["median"] > 0  # doctest: +SKIP
+      (3, True)
+    """
+    strategy, task = build(config)
+    return runner.run_seeds(
+        strategy,
+        task,
+        out,
+        seeds=seeds,
+        resume=resume,
+        progress_fn=progress_fn,
+        stream=stream,
+        plot=plot,
+        **_loop_settings(config),
+    )
+
+
+def _loop_settings(config: TrainConfig) -> dict:
+    """What ``runner.run`` and ``runner.run_seeds`` take from a config, besides the seed."""
+    return {
+        "generations": config.generations,
+        "eval_every": config.eval_every,
+        "checkpoint_every": config.checkpoint_every,
+        "devices": config.devices,
+        "timesteps": config.timesteps,
+        "target_return": config.target_return,
+        "config": config.to_dict(),
+        "title": f"{config.strategy} on {config.env} ({config.backend}), "
+        f"P={config.population_size}",
+    }
+
+
+def load_run(
+    out: str, checkpoint_step: int | None = None
+) -> tuple[TrainConfig, Strategy, Task, int, TrainState]:
+    """Config, strategy, task, and the state of checkpoint ``checkpoint_step`` (default: the
+    newest) of a run directory.
+
+    Example (a run directory as ``run`` starts it, made by hand so that nothing is trained):
+      >>> import os, tempfile
+      >>> from jaxes.checkpoint import Checkpointer
+      >>> tmp = tempfile.TemporaryDirectory()
+      >>> config = TrainConfig(population_size=8, policy="linear")
+      >>> with open(os.path.join(tmp.name, "config.json"), "w") as f:
+      ...     _ = f.write(config.to_json())
+      >>> ckpt = Checkpointer(os.path.join(tmp.name, "checkpoints"))
+      >>> ckpt.save(0, runner.init_state(*build(config), config.seed))
+      >>> ckpt.close()
+      >>> config, strategy, task, step, state = load_run(tmp.name)
+      >>> config.policy, step, int(state.generation)
+      ('linear', 0, 0)
+      >>> load_run(tmp.name, checkpoint_step=5)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.checkpoint.CheckpointError: checkpoint: no checkpoint 5 in ...; it has [0]
+      >>> tmp.cleanup()
+    """
+    config = read_config(rundir.config_of(out, "run_dir"))
+    strategy, task = build(config)
+    directory = os.path.join(out, "checkpoints")
+    steps = checkpoint.complete_steps(directory)
+    if checkpoint_step is not None and checkpoint_step not in steps:
+        raise checkpoint.CheckpointError(
+            f"checkpoint: no checkpoint {checkpoint_step} in {directory}; it has {steps}"
+        )
+    ckpt = checkpoint.Checkpointer(directory, create=False)
+    try:
+        like = runner.init_state(strategy, task, config.seed)
+        if checkpoint_step is None:
+            step, state, _ = ckpt.restore_newest_readable(like)
+        else:
+            step, state = ckpt.restore(like, checkpoint_step)
+    finally:
+        ckpt.close()
+    return config, strategy, task, step, state
+
+
+def load_policy(out: str, checkpoint_step: int | None = None) -> Callable[[jax.Array], jax.Array]:
+    """A run's centre policy as a plain jitted ``act(obs) -> action``, its observation
+    normalisation included (like Brax's ``make_inference_fn``, with the parameters bound).
+
+    ``obs`` may be one observation or a batch (leading axes are kept).
+
+    Example (skipped in doctests: it needs a trained run):
+      >>> import jax.numpy as jnp
+      >>> act = load_policy("runs/pendulum")  # doctest: +SKIP
+      >>> act(jnp.zeros(4)).shape  # doctest: +SKIP
+      (1,)
+    """
+    _, _, task, _, state = load_run(out, checkpoint_step)
+    params, task_state = centre(state.strategy_state), state.task_state
+
+    def act(obs):
+        return task.act(params, obs, task_state)
+
+    return jax.jit(act)

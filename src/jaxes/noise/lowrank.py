@@ -1,0 +1,150 @@
+"""Low-rank perturbations (EGGROLL, "Evolution Strategies at the Hyperscale", 2025).
+
+Every leaf with two or more axes is perturbed over its last two by a rank-``r`` product
+``ε = A Bᵀ / √r`` (``A`` is ``m × r``, ``B`` is ``n × r``, both N(0, 1), any leading axes
+batched); every other leaf gets full N(0, 1) noise. ``r`` is clamped per leaf to
+``min(m, n)``, the largest rank an ``m × n`` matrix has.
+
+``E[vec(ε) vec(ε)ᵀ] = I`` for any ``r``: ``E[ε_ik ε_jl] = (1/r) Σ_a E[A_ia A_ja] E[B_ka B_la]
+= δ_ij δ_kl``. So the update, a first moment of the sampled displacements, estimates the same
+direction as with Gaussian noise. Higher moments differ (``ε`` is not Gaussian), so a
+strategy term derived for Gaussian samples (SNES's and PGPE's σ updates, CMA's covariance)
+does not hold for it; those strategies refuse this source unless the term is switched off.
+
+A member's factors cost ``(m + n) r`` normals per matrix instead of ``m n``. ``tell`` sums
+``Σ_b c_b A_b B_bᵀ`` as one contraction over bases and rank (``combine``), never a stack of
+``m × n`` matrices, and ``jaxes.factored`` runs a member with its factors applied inside the
+layers (``x W + (x A) Bᵀ``), so no member matrix is formed at all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxes.checks import check_int
+from jaxes.noise import NoiseSource, base_key
+from jaxes.types import Params
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class LowRank(NamedTuple):
+    """A matrix (or a batch of them) kept as factors: ``a @ swapaxes(b)`` over the last two
+    axes. ``a`` is ``(..., m, r)``, ``b`` is ``(..., n, r)``; any scale (``1/√r``, ``σ``, the
+    antithetic sign) is carried by ``a``."""
+
+    a: jax.Array
+    b: jax.Array
+
+    def dense(self) -> jax.Array:
+        """The ``(..., m, n)`` matrix the factors stand for."""
+        return jnp.einsum("...mr,...nr->...mn", self.a, self.b, precision=_HIGHEST)
+
+
+def is_factored(x) -> bool:
+    """Whether a leaf of a perturbation is a ``LowRank`` (as ``is_leaf`` for ``jax.tree``)."""
+    return isinstance(x, LowRank)
+
+
+def dense(tree):
+    """``tree`` with every ``LowRank`` leaf multiplied out."""
+    return jax.tree.map(lambda x: x.dense() if is_factored(x) else x, tree, is_leaf=is_factored)
+
+
+def leaf_rank(shape: tuple[int, ...], rank: int) -> int | None:
+    """The rank a leaf of ``shape`` is perturbed with: ``min(rank, m, n)`` for two or more
+    axes, ``None`` (full Gaussian) for fewer.
+
+    Example:
+      >>> leaf_rank((64, 10), 4), leaf_rank((3, 2, 5), 4), leaf_rank((10,), 4)
+      (4, 2, None)
+    """
+    if len(shape) < 2:
+        return None
+    return min(rank, shape[-2], shape[-1])
+
+
+def lowrank(rank: int = 1) -> NoiseSource:
+    """Rank-``rank`` perturbations ``A Bᵀ / √r`` for every leaf with two or more axes, full
+    N(0, 1) noise for the others; all factors from one threefry draw of the member's key.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> src = lowrank(2)
+      >>> params = {"w": jnp.zeros((5, 3)), "b": jnp.zeros(3)}
+      >>> f = src.factors(None, jax.random.key(0), 0, params)
+      >>> f["w"].a.shape, f["w"].b.shape, f["b"].shape
+      ((5, 2), (3, 2), (3,))
+      >>> bool(jnp.allclose(src.sample(None, jax.random.key(0), 0, params)["w"], f["w"].dense()))
+      True
+    """
+    rank = check_int("noise_rank", rank, 1)
+
+    def init(key, params):
+        del key, params
+        return None
+
+    def factors(noise_state, key, j, params: Params):
+        del noise_state
+        key = base_key(key, j)
+        leaves, treedef = jax.tree.flatten(params)
+        shapes = []
+        for x in leaves:
+            shape = jnp.shape(x)
+            r = leaf_rank(shape, rank)
+            if r is None:
+                shapes.append((shape,))
+            else:
+                lead = shape[:-2]
+                shapes.append((lead + (shape[-2], r), lead + (shape[-1], r)))
+        sizes = [math.prod(s) for group in shapes for s in group]
+        # One draw for every factor of every leaf: one RNG kernel, however many leaves.
+        flat = jax.random.normal(key, (sum(sizes),), jnp.float32)
+        out, at = [], 0
+        for group in shapes:
+            parts = []
+            for shape in group:
+                size = math.prod(shape)
+                parts.append(flat[at : at + size].reshape(shape))
+                at += size
+            if len(parts) == 1:
+                out.append(parts[0])
+            else:
+                a, b = parts
+                out.append(LowRank(a * jnp.float32(1 / math.sqrt(a.shape[-1])), b))
+        return treedef.unflatten(out)
+
+    def sample(noise_state, key, j, params):
+        return dense(factors(noise_state, key, j, params))
+
+    return NoiseSource(
+        init, sample, f"lowrank(r={rank})", gaussian=False, factors=factors, combine=combine
+    )
+
+
+def combine(coeffs: jax.Array, stacked) -> list[jax.Array]:
+    """``[Σ_b coeffs[k, b] ε_b for each row k]`` from one leaf's noise stacked over bases.
+
+    For a ``LowRank`` leaf (``a``: ``(batch, ..., m, r)``) this is one contraction over bases
+    and rank together, an ``m × (batch·r)`` by ``(batch·r) × n`` product: no stack of
+    ``m × n`` matrices is formed. A dense leaf is a plain weighted sum.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> a = jax.random.normal(jax.random.key(0), (2, 3, 1))  # 2 bases of 3 x 4 matrices
+      >>> b = jax.random.normal(jax.random.key(1), (2, 4, 1))
+      >>> c = jnp.array([[1.0, -2.0]])
+      >>> ref = a[0] @ b[0].T - 2.0 * a[1] @ b[1].T
+      >>> bool(jnp.allclose(combine(c, LowRank(a, b))[0], ref, atol=1e-5))
+      True
+    """
+    if not is_factored(stacked):
+        out = jnp.tensordot(coeffs, stacked, axes=(1, 0), precision=_HIGHEST)
+        return [out[k] for k in range(coeffs.shape[0])]
+    weighted = jnp.einsum("kb,b...mr->kb...mr", coeffs, stacked.a, precision=_HIGHEST)
+    out = jnp.einsum("kb...mr,b...nr->k...mn", weighted, stacked.b, precision=_HIGHEST)
+    return [out[k] for k in range(coeffs.shape[0])]
