@@ -10,7 +10,5 @@ ALIAS_MARK = "sys.modules[__name__] = "
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
-    if collection_path.suffix == ".py" and "src" in collection_path.parts:
-        if ALIAS_MARK in collection_path.read_text():
-            return True
-    return None
+    in_src = collection_path.suffix == ".py" and "src" in collection_path.parts
+    return True if in_src and ALIAS_MARK in collection_path.read_text() else None

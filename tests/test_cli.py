@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY_FLAGS
 
+from conftest import TINY_FLAGS
 from jaxes.app import cli, presets
 
 

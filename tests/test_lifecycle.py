@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import TINY_FLAGS
 
 import jaxes
+from conftest import TINY_FLAGS
 from jaxes.app import train
 from jaxes.app.config import TrainConfig
 from jaxes.tasks.brax import running_stats
