@@ -374,7 +374,7 @@ def _eval(args) -> int:
     import jax
     import numpy as np
 
-    from jaxes.strategies.common import centre
+    from jaxes.strategies import centre
     from jaxes.training import compilation
 
     config, task, step, state = _loaded(args)

@@ -16,7 +16,7 @@ import jax
 
 from jaxes.app.config import TrainConfig, build, read_config
 from jaxes.step import TrainState
-from jaxes.strategies.common import centre
+from jaxes.strategies import centre
 from jaxes.training import checkpoint, rundir, runner
 from jaxes.types import Strategy, Task
 

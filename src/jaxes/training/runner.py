@@ -33,7 +33,7 @@ import numpy as np
 from jaxes.checks import check_int
 from jaxes.parallel import check_split, make_mesh, replicated, sharded_step
 from jaxes.step import TrainState, generation_step
-from jaxes.strategies.common import centre
+from jaxes.strategies import centre
 from jaxes.training import checkpoint, compilation, rundir
 from jaxes.training.checkpoint import is_key, rewrap_keys, unwrap_keys
 from jaxes.training.progress import Progress

@@ -8,7 +8,7 @@ import warnings
 
 import jax
 
-from jaxes.strategies.common import centre
+from jaxes.strategies import centre
 
 
 def rollout_states(task, state, episode_length: int, key: jax.Array):
