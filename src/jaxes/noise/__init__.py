@@ -324,6 +324,9 @@ def auto(size: int | None = None, bases: int = 1) -> NoiseSource:
 # The word folded into a population's key for its table layout (never a base index).
 _LAYOUT = 2**32 - 1
 
+# The names a strategy's ``noise=`` setting accepts (``lowrank`` is ``jaxes.noise.lowrank``).
+NOISE_SOURCES = ("auto", "table", "gaussian", "lowrank")
+
 
 def perturb(params: Params, sigma, eps: Params, sign, dtypes: Params | None = None) -> Params:
     """``params + sign * sigma * eps`` leaf by leaf, computed in float32 (the master dtype) and
