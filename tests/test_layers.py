@@ -1,0 +1,139 @@
+"""The layer rule of docs/architecture.md, executable: no module imports one above it or beside it.
+
+The import graph is read from the source (AST), not by importing. Each module belongs to the
+first room whose prefix it starts with; rooms are listed top (the app) to bottom (foundation).
+A module may import its own room and any room below; a room beside it (tasks and strategies
+are both in the "search" layer) or above it is a violation. Alias modules (old import paths
+that replace themselves in ``sys.modules``) are skipped: they import their target only.
+"""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ALIAS_MARK = "sys.modules[__name__] = "
+
+# (layer, rooms in it), top to bottom. A room is a module or package prefix, or a tuple of
+# them that may import each other freely.
+LAYERS = [
+    ("facade", ["jaxes"]),
+    ("app", [("jaxes.app", "jaxes.__main__")]),
+    ("training", ["jaxes.training"]),
+    ("devices", ["jaxes.parallel"]),
+    ("generation", ["jaxes.step"]),
+    (
+        "search",
+        [
+            "jaxes.strategies",
+            "jaxes.tasks",
+            "jaxes.subspace",
+            "jaxes.factored",
+            "jaxes.diagnostics",
+            "jaxes.testing",
+            "jaxes.plotting",
+        ],
+    ),
+    (
+        "core",
+        ["jaxes.noise", "jaxes.shaping", "jaxes.optim", "jaxes.evaluation", "jaxes.collectives"],
+    ),
+    ("algebra", ["jaxes.centroid"]),
+    ("foundation", [("jaxes.types", "jaxes.trees", "jaxes.checks")]),
+]
+
+
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = path.relative_to(src).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The jaxes modules a file imports (``from jaxes import noise`` imports jaxes.noise)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "jaxes"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != "jaxes":
+                continue
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                found.add(child if child in modules else base)
+    return found
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    files = {
+        module_name(p, src): p
+        for p in (src / "jaxes").rglob("*.py")
+        if ALIAS_MARK not in p.read_text()
+    }
+    aliases = {module_name(p, src) for p in (src / "jaxes").rglob("*.py")} - set(files)
+    known = set(files) | aliases
+    return {name: imports_of(path, name, known) for name, path in files.items()}
+
+
+def room_of(module: str, layers=LAYERS) -> tuple[int, tuple[str, ...]]:
+    """(layer index, room) of the longest prefix that names the module."""
+    best, longest = None, -1
+    for index, (_, rooms) in enumerate(layers):
+        for room in rooms:
+            room = room if isinstance(room, tuple) else (room,)
+            for prefix in room:
+                if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > longest:
+                    best, longest = (index, room), len(prefix)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer of tests/test_layers.py: add it")
+    return best
+
+
+def violations(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        layer, room = room_of(module, layers)
+        for target in sorted(targets):
+            target_layer, target_room = room_of(target, layers)
+            if target_layer < layer or (target_layer == layer and target_room != room):
+                found.append(
+                    f"{module} ({layers[layer][0]}) imports {target} ({layers[target_layer][0]})"
+                )
+    return found
+
+
+def test_no_module_imports_a_layer_above_or_beside_it():
+    assert violations(import_graph()) == []
+
+
+def test_every_module_has_a_layer():
+    for module in import_graph():
+        room_of(module)
+
+
+def test_a_wrong_import_is_caught():
+    graph = {
+        "jaxes.noise.sources": {"jaxes.trees"},  # down: fine
+        "jaxes.strategies.open_es": {"jaxes.noise.sources", "jaxes.strategies.base"},
+        "jaxes.tasks.brax.render": {"jaxes.strategies"},  # beside: wrong
+        "jaxes.centroid": {"jaxes.training.rundir"},  # up: wrong
+    }
+    assert violations(graph) == [
+        "jaxes.centroid (algebra) imports jaxes.training.rundir (training)",
+        "jaxes.tasks.brax.render (search) imports jaxes.strategies (search)",
+    ]
+
+
+def test_the_reader_resolves_relative_and_from_imports(tmp_path):
+    package = tmp_path / "jaxes" / "noise"
+    package.mkdir(parents=True)
+    (tmp_path / "jaxes" / "__init__.py").write_text("")
+    (tmp_path / "jaxes" / "trees.py").write_text("")
+    (package / "__init__.py").write_text("from jaxes.noise.keys import noise_key\n")
+    (package / "keys.py").write_text("from .. import trees\nfrom jaxes import strategies\n")
+    graph = import_graph(tmp_path)
+    assert graph["jaxes.noise"] == {"jaxes.noise.keys"}
+    assert graph["jaxes.noise.keys"] == {"jaxes.trees", "jaxes"}
