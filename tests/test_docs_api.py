@@ -18,7 +18,7 @@ import jaxes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SPAN = re.compile(r"`([^`\n]+)`")
+SPAN = re.compile(r"`([^`]+)`")  # a code span may wrap over lines
 DOTTED = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
@@ -95,7 +95,7 @@ def _paragraphs(path: Path):
     section: list[str] = []
     for block in re.split(r"\n\s*\n|\n(?=[*-] |\|)", text):
         if block.lstrip().startswith("#"):
-            section = [s for s in SPAN.findall(block) if s in MODULES]
+            section = [s for s in _spans(block) if s in MODULES]
         yield section, block
 
 
@@ -115,14 +115,18 @@ def _lookup(span: str, name: str, context: list[str], listing: str | None):
     return None
 
 
+def _spans(block: str) -> list[str]:
+    return [" ".join(span.split()) for span in SPAN.findall(block)]
+
+
 def _problems(path: Path) -> list[str]:
     problems = []
     for section, block in _paragraphs(path):
         match = LISTING.match(block)
         listing = match.group(1) if match and match.group(1) in MODULES else None
-        named = [s for s in SPAN.findall(block) if s in MODULES and "." in s]
+        named = [s for s in _spans(block) if s in MODULES and "." in s]
         context = ([listing] if listing else []) + named + section
-        for span in SPAN.findall(block):
+        for span in _spans(block):
             head = DOTTED.match(span)
             if not head or span.endswith((".py", ".md")) or "/" in span:
                 continue
