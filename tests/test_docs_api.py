@@ -160,11 +160,11 @@ def test_the_reader_catches_a_wrong_module_a_missing_name_and_a_wrong_keyword(tm
         "`displacement_update(moments, sigma)` names a keyword it lacks.\n\n"
         "* `jaxes.tasks.functions`: `function_task(fn, dim, start)`, `jaxes.noise.no_such_thing`.\n"
         "* `train.generation_step` lives elsewhere.\n"
-        "* `jaxes.tasks.brax_envs`: `load_env`, `check_env`.\n"
+        "* `jaxes.tasks.functions`: `sphere`, `no_such_function`.\n"
     )
     found = _problems(doc)
     assert len(found) == 4, found
     assert "['moments']" in found[0]
     assert "no_such_thing" in found[1]
     assert "train.generation_step" in found[2]
-    assert "check_env" in found[3]
+    assert "no_such_function" in found[3]
