@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import nbformat
+from helpers import NUMBER, number  # noqa: F401  (the notebooks' tests read numbers with them)
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NUMBER = r"(-?[0-9][0-9.eE+-]*)"
-
-
-def number(pattern: str, text: str) -> float:
-    """The number printed right after ``pattern`` (a regex) in a notebook's output."""
-    match = re.search(pattern + r"\s*" + NUMBER, text)
-    assert match, f"{pattern!r} not printed; output:\n{text[-3000:]}"
-    return float(match.group(1))
 
 
 def run_notebook(name: str, timeout: int = 600) -> tuple[str, nbformat.NotebookNode]:

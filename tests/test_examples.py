@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import NUMBER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,9 +37,6 @@ def search(pattern: str, text: str) -> re.Match:
     match = re.search(pattern, text)
     assert match, f"no line matching {pattern!r} in:\n{text[-2000:]}"
     return match
-
-
-NUMBER = r"(-?[\d.]+|nan|-?inf)"
 
 
 def test_quickstart_shrinks_the_sphere():

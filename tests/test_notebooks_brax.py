@@ -4,7 +4,7 @@ import os
 import re
 
 import pytest
-from notebook_runner import images, run_notebook
+from notebook_runner import images, number, run_notebook
 
 FORCED_DEVICES = r"--xla_force_host_platform_device_count=\d+"
 
@@ -21,12 +21,6 @@ def fresh_kernel_env(monkeypatch):
         monkeypatch.setenv("XLA_FLAGS", flags)
     else:
         monkeypatch.delenv("XLA_FLAGS", raising=False)
-
-
-def number(pattern: str, text: str) -> float:
-    match = re.search(pattern + r"\s*(-?[0-9][0-9.eE+-]*)", text)
-    assert match, f"{pattern!r} not printed; output:\n{text[-3000:]}"
-    return float(match.group(1))
 
 
 def html_outputs(nb) -> list[str]:
