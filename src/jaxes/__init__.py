@@ -38,7 +38,7 @@ from jaxes.strategies import (
     sep_cma_es,
     snes,
 )
-from jaxes.types import Strategy
+from jaxes.types import Strategy, Task
 
 # One source of truth: the installed package metadata (pyproject.toml).
 __version__ = importlib.metadata.version("jaxes")
@@ -51,6 +51,7 @@ __all__ = [
     "PopulationMoments",
     "Strategy",
     "StrategyInfo",
+    "Task",
     "ars",
     "centered_rank",
     "centre",
