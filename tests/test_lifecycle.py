@@ -262,14 +262,13 @@ def test_render_plays_the_episode_evaluation_plays(tiny_run):
 
     config, _, task, _, state = train.load_run(str(tiny_run))
     key = jax.random.key(3)
-    _, total = render.rollout_states(task, state, config.episode_length, key)
-    returns = jax.jit(task.evaluate_policy)(
-        key, jaxes.centre(state.strategy_state), state.task_state
-    )
+    params = jaxes.centre(state.strategy_state)
+    _, total = render.rollout_states(task, params, state.task_state, config.episode_length, key)
+    returns = jax.jit(task.evaluate_policy)(key, params, state.task_state)
     np.testing.assert_allclose(total, float(returns[0]), rtol=1e-5)
     # Without the run's statistics the policy acts differently: the check can fail.
-    blank = state._replace(task_state=task.init(None))
-    _, other = render.rollout_states(task, blank, config.episode_length, key)
+    blank = task.init(None)
+    _, other = render.rollout_states(task, params, blank, config.episode_length, key)
     assert other != total
 
 

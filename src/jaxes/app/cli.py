@@ -390,11 +390,15 @@ def _eval(args) -> int:
 
 
 def _render(args) -> int:
+    from jaxes.strategies import centre
     from jaxes.tasks.brax import render
 
     config, task, step, state = _loaded(args)
     path = os.path.join(args.run_dir, "replay.html")
-    ret, steps = render.write_replay(task, state, config.episode_length, path, args.seed)
+    params = centre(state.strategy_state)
+    ret, steps = render.write_replay(
+        task, params, state.task_state, config.episode_length, path, args.seed
+    )
     print(f"wrote {path}: generation {step}, {steps} steps, return {ret:.1f}")
     return 0
 

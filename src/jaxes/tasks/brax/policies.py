@@ -205,3 +205,53 @@ def vbn_mlp(
         return scale(module.apply(params, obs))
 
     return Policy(init, apply, prepare)
+
+
+def _linear_any_widths(
+    obs_size: int, action_size: int, hidden_sizes: Sequence[int] = (), **action_range
+) -> Policy:
+    del hidden_sizes  # a linear policy has no hidden layer
+    return linear(obs_size, action_size, **action_range)
+
+
+# The policies a task (and ``jaxes train --policy``) names: name -> factory(obs_size,
+# action_size, hidden_sizes, action_low=..., action_high=...).
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "mlp": mlp,
+    "linear": _linear_any_widths,
+    "vbn_mlp": vbn_mlp,
+}
+
+
+def build(
+    policy: Policy | nn.Module | str,
+    obs_size: int,
+    action_size: int,
+    hidden_sizes: Sequence[int] = (32, 32),
+    action_low=-1.0,
+    action_high=1.0,
+) -> Policy:
+    """The ``Policy`` a task runs: a name from ``POLICIES`` (with ``hidden_sizes``), a flax
+    module (through ``from_module``) or a ``Policy`` (as it is).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> pol = build("mlp", 3, 1, (4,), action_low=-2.0, action_high=2.0)
+      >>> pol.apply(pol.init(jax.random.key(0)), jnp.ones(3)).tolist()  # zero-initialised
+      [0.0]
+      >>> build(pol, 3, 1) is pol
+      True
+      >>> build("cnn", 3, 1)
+      Traceback (most recent call last):
+      ...
+      ValueError: policy: expected 'mlp', 'linear', 'vbn_mlp', a flax Module or a Policy, got 'cnn'
+    """
+    bounds = {"action_low": action_low, "action_high": action_high}
+    if isinstance(policy, str) and policy in POLICIES:
+        return POLICIES[policy](obs_size, action_size, hidden_sizes, **bounds)
+    if isinstance(policy, nn.Module):
+        return from_module(policy, obs_size, action_size, **bounds)
+    if isinstance(policy, Policy):
+        return policy
+    names = ", ".join(repr(name) for name in POLICIES)
+    raise ValueError(f"policy: expected {names}, a flax Module or a Policy, got {policy!r}")
