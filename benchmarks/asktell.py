@@ -167,7 +167,7 @@ def make_jaxes_step(spec: dict):
     import jaxes
     from jaxes.step import generation_step
     from jaxes.tasks.functions import function_task
-    from jaxes.training.runner import init_state
+    from jaxes.training import init_state
 
     d, variant = spec["d"], spec["variant"]
     # Defaults otherwise; the *_gaussian variants show what the default noise source buys.

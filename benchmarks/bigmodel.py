@@ -281,7 +281,7 @@ def compile_plan(spec: dict):
     import jax
 
     from jaxes.step import generation_step
-    from jaxes.training.runner import init_state
+    from jaxes.training import init_state
 
     strategy, task = build(spec)
     abstract = jax.eval_shape(lambda: init_state(strategy, task, 0))
@@ -333,7 +333,7 @@ def run_child(spec: dict) -> dict:
 def run_child_unguarded(spec: dict) -> dict:
     import jax
 
-    from jaxes.training.runner import init_state
+    from jaxes.training import init_state
 
     progress(spec, "compiling")
     strategy, task, compiled, plan = compile_plan(spec)

@@ -138,8 +138,8 @@ def solve_jaxes(seed: int, generations: int) -> dict:
     import io
     import tempfile
 
+    from jaxes import training
     from jaxes.app.config import build
-    from jaxes.training import runner
 
     compiles = record_compiles()
     start = time.perf_counter()
@@ -151,7 +151,7 @@ def solve_jaxes(seed: int, generations: int) -> dict:
         evals.append(eval_point(generation, start, line["eval_return"], line["total_env_steps"]))
 
     with tempfile.TemporaryDirectory() as out:
-        summary = runner.run(
+        summary = training.run(
             strategy, task, out, generations=generations, seed=seed, eval_every=EVAL_EVERY,
             checkpoint_every=generations, target_return=SOLVED_AT, progress_fn=progress,
             stream=io.StringIO(), plot=False,
@@ -295,12 +295,12 @@ def overhead(train_generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import jax.numpy as jnp
 
+    from jaxes import training
     from jaxes.app.config import build
     from jaxes.step import generation_step
-    from jaxes.training import runner
 
     strategy, task = build(jaxes_config(0, max(train_generations, EVAL_EVERY)))
-    state = runner.init_state(strategy, task, 0)
+    state = training.init_state(strategy, task, 0)
     step_fn = generation_step(strategy, task)
     # The state is donated, as the runner donates it: without that, every call also copies
     # the state's 64 MiB noise table (about 10 ms here), which training never does.
@@ -369,10 +369,9 @@ def hopper(generations: int, reps: int) -> dict:
     jax = quiet_imports()
     import numpy as np
 
-    from jaxes import strategies
+    from jaxes import strategies, training
     from jaxes.step import generation_step
     from jaxes.tasks.brax import brax_task
-    from jaxes.training import runner
 
     def task(chunk_length):
         return brax_task(
@@ -381,7 +380,7 @@ def hopper(generations: int, reps: int) -> dict:
 
     early, full = task(50), task(HOPPER_EPISODE)
     strategy = strategies.open_es(HOPPER_P, SIGMA, learning_rate=LEARNING_RATE)
-    state = runner.init_state(strategy, early, 0)
+    state = training.init_state(strategy, early, 0)
     step = jax.jit(generation_step(strategy, early))
     eval_early, eval_full = jax.jit(early.evaluate), jax.jit(full.evaluate)
     compile_s = {}

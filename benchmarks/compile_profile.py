@@ -4,7 +4,7 @@ The block `jaxes train` runs first is `EVAL_EVERY` generations fused with `lax.s
 noise-free evaluation of the centre, compiled as one program. This script compiles, each in a
 fresh process with the persistent compilation cache off (so nothing is reused):
 
-- `block`: the whole block (`runner.block_runner`), what training compiles;
+- `block`: the whole block (`training.block_runner`), what training compiles;
 - `train_scan`: the same block without the evaluation;
 - `evaluation`: the evaluation alone (`task.evaluate_policy`);
 - `generation`: one generation (`step.generation_step`);
@@ -46,15 +46,15 @@ def child(piece: str, env: str | None, calls: int) -> dict:
     if jax.config.jax_compilation_cache_dir is not None:
         raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
     from brax_vs_brax_es import jaxes_config
+    from jaxes.strategies.common import centre
 
+    from jaxes import training
     from jaxes.app.config import TrainConfig, build
     from jaxes.step import generation_step
-    from jaxes.strategies.common import centre
-    from jaxes.training import runner
 
     strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig(env=env))
-    state = runner.init_state(strategy, task, 0)
-    key = runner.eval_key(0, 5)
+    state = training.init_state(strategy, task, 0)
+    key = training.eval_key(0, 5)
     length = 5
 
     def train_scan(ts):
@@ -69,7 +69,7 @@ def child(piece: str, env: str | None, calls: int) -> dict:
         return task.evaluate(key, members, ts.task_state)
 
     fns = {
-        "block": (runner.block_runner(strategy, task, length), (state, key)),
+        "block": (training.block_runner(strategy, task, length), (state, key)),
         "train_scan": (jax.jit(train_scan), (state,)),
         "evaluation": (jax.jit(evaluation), (state, key)),
         "generation": (jax.jit(generation_step(strategy, task)), (state,)),

@@ -35,9 +35,8 @@ def quiet():
 
 def jaxes_rate(population: int, backend: str, episode: int, generations: int) -> dict:
     jax = quiet()
-    from jaxes import parallel
+    from jaxes import parallel, training
     from jaxes.app.config import TrainConfig, build
-    from jaxes.training import runner
 
     config = TrainConfig(
         env=ENV,
@@ -55,8 +54,8 @@ def jaxes_rate(population: int, backend: str, episode: int, generations: int) ->
     strategy, task = build(config)
     mesh = parallel.make_mesh()
     parallel.check_split(population, mesh.devices.size)
-    run = runner.block_runner(strategy, task, generations, mesh)
-    state = runner.place(runner.init_state(strategy, task, 0), mesh)
+    run = training.block_runner(strategy, task, generations, mesh)
+    state = training.place(training.init_state(strategy, task, 0), mesh)
     start = time.perf_counter()
     state, metrics, _ = jax.block_until_ready(run(state, jax.random.key(0)))
     compile_and_first = time.perf_counter() - start
@@ -65,7 +64,7 @@ def jaxes_rate(population: int, backend: str, episode: int, generations: int) ->
         start = time.perf_counter()
         state, metrics, _ = jax.block_until_ready(run(state, jax.random.key(rep + 1)))
         times.append((time.perf_counter() - start) / generations)
-        steps.append(int(runner.to_host(metrics)["env_steps"].sum()) / generations)
+        steps.append(int(training.to_host(metrics)["env_steps"].sum()) / generations)
     per_gen = statistics.median(times)
     return {
         "seconds_per_generation": per_gen,

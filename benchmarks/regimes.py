@@ -221,7 +221,7 @@ class Library:
 
         from jaxes.step import generation_step
         from jaxes.tasks.functions import function_task
-        from jaxes.training.runner import init_state
+        from jaxes.training import init_state
 
         task = function_task("sphere", self.d)
         step = jax.jit(generation_step(self.es, task), donate_argnums=0)

@@ -4,8 +4,8 @@ A small flax linen module (a linear skip path plus a hidden layer with LayerNorm
 activation) is handed to ``jaxes.tasks.brax.brax_task`` in place of the built-in
 ``"mlp"``/``"linear"`` policies; the task wraps it with ``jaxes.policies.from_module``, which
 scales its tanh output to the actuators' range.
-Training uses the same pieces as ``jaxes train``: ``runner.init_state`` and
-``runner.block_runner``, which fuses ``--eval-every`` generations of ask → rollout → tell into
+Training uses the same pieces as ``jaxes train``: ``training.init_state`` and
+``training.block_runner``, which fuses ``--eval-every`` generations of ask → rollout → tell into
 one jitted ``lax.scan`` and then evaluates the centre policy without noise. The loop stops at
 the first evaluation that reaches ``--target``, or after ``--generations``.
 
@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 import jaxes
+from jaxes import training
 from jaxes.tasks import brax as brax_tasks
-from jaxes.training import runner
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -88,11 +88,11 @@ def main() -> None:
     )
     strategy = jaxes.open_es(args.population, sigma=0.05, learning_rate=0.03)
 
-    state = runner.init_state(strategy, task, seed=args.seed)
+    state = training.init_state(strategy, task, seed=args.seed)
     params = state.strategy_state.params
     n_params = jaxes.trees.num_params(params)
     print(f"policy params, {n_params} floats: {jax.tree.map(lambda x: x.shape, params)}")
-    block = runner.block_runner(strategy, task, args.eval_every)
+    block = training.block_runner(strategy, task, args.eval_every)
 
     start = time.perf_counter()
     generation, eval_return = 0, float("nan")

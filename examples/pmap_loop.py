@@ -24,9 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxes
-from jaxes import parallel
+from jaxes import parallel, training
 from jaxes.tasks.functions import function_task
-from jaxes.training import runner
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -50,7 +49,7 @@ def main() -> None:
     pstep = jax.pmap(
         parallel.local_step(strategy, task, n, "devices"), axis_name="devices", donate_argnums=0
     )
-    state = runner.init_state(strategy, task, seed=0)
+    state = training.init_state(strategy, task, seed=0)
     start = float(task.evaluate_policy(None, state.strategy_state.params, None)[0])
     state = jax.tree.map(lambda x: jnp.stack([x] * n), state)
     for _ in range(50 if args.quick else 300):

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxes
+from jaxes import training
 from jaxes.tasks.functions import function_task
-from jaxes.training import compilation, runner
+from jaxes.training import compilation
 
 
 def test_the_cpu_options_turn_xlas_fusion_emitters_off():
@@ -31,8 +32,8 @@ def test_options_reach_xla_and_only_where_jaxes_compiles(monkeypatch):
     assert jax.jit(jnp.cos)(jnp.zeros(2)).tolist() == [1.0, 1.0]  # users' own jit: untouched
     es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
     # XLA's defaults: init_state also runs inside users' jits and eval_shape.
-    assert int(runner.init_state(es, task, 0).generation) == 0
-    assert jax.eval_shape(lambda: runner.init_state(es, task, 0)).generation.shape == ()
+    assert int(training.init_state(es, task, 0).generation) == 0
+    assert jax.eval_shape(lambda: training.init_state(es, task, 0)).generation.shape == ()
 
 
 def test_the_runner_compiles_its_block_and_evaluation_with_them(monkeypatch, tmp_path):
@@ -45,5 +46,5 @@ def test_the_runner_compiles_its_block_and_evaluation_with_them(monkeypatch, tmp
 
     monkeypatch.setattr(compilation, "compile", spy)
     es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
-    runner.run(es, task, str(tmp_path / "run"), generations=2, eval_every=2, stream=io.StringIO())
+    training.run(es, task, str(tmp_path / "run"), generations=2, eval_every=2, stream=io.StringIO())
     assert sorted(compiled) == ["@jit_evaluation", "@jit_train"], compiled

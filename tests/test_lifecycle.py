@@ -18,11 +18,12 @@ import pytest
 
 import jaxes
 from conftest import TINY_FLAGS
+from jaxes import training
 from jaxes.app import train
 from jaxes.app.config import TrainConfig
 from jaxes.tasks.brax import running_stats
 from jaxes.tasks.functions import function_task
-from jaxes.training import rundir, runner
+from jaxes.training import checkpoint, rundir
 from jaxes.types import Task
 
 
@@ -299,7 +300,7 @@ STRATEGIES = {
 
 
 def quiet_run(strategy, task, out, **kwargs):
-    return runner.run(strategy, task, str(out), stream=io.StringIO(), plot=False, **kwargs)
+    return training.run(strategy, task, str(out), stream=io.StringIO(), plot=False, **kwargs)
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
@@ -324,11 +325,11 @@ def test_the_runner_resumes_a_users_task_bit_identically(name, tmp_path):
     assert summary["start_generation"] == 4 and summary["generations"] == 6
     assert [g for g, _ in calls] == [2, 4] and "eval_return" in calls[0][1]
     assert json.loads((tmp_path / "parts" / "config.json").read_text())["generations"] == 6
-    a = runner.init_state(es, task, 0)
-    ckpt_a = jaxes.checkpoint.Checkpointer(str(tmp_path / "whole" / "checkpoints"))
-    ckpt_b = jaxes.checkpoint.Checkpointer(str(tmp_path / "parts" / "checkpoints"))
+    a = training.init_state(es, task, 0)
+    ckpt_a = checkpoint.Checkpointer(str(tmp_path / "whole" / "checkpoints"))
+    ckpt_b = checkpoint.Checkpointer(str(tmp_path / "parts" / "checkpoints"))
     _, whole = ckpt_a.restore(a)
-    _, parts = ckpt_b.restore(runner.init_state(es, task, 0))
+    _, parts = ckpt_b.restore(training.init_state(es, task, 0))
     ckpt_a.close(), ckpt_b.close()
     for x, y in zip(jax.tree.leaves(whole), jax.tree.leaves(parts), strict=True):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
@@ -364,7 +365,7 @@ def test_the_runner_restarts_a_run_stopped_before_its_first_checkpoint(tmp_path)
         )
     assert not (tmp_path / "r" / "checkpoints" / "4").exists()
     out = io.StringIO()
-    runner.run(
+    training.run(
         es,
         task,
         str(tmp_path / "r"),

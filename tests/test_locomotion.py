@@ -11,15 +11,15 @@ import os
 import jax
 import numpy as np
 import pytest
+from jaxes.strategies.common import centre
 
 import jaxes
+from jaxes import training
 from jaxes.app import config as config_lib
 from jaxes.app import presets, train
 from jaxes.step import generation_step
-from jaxes.strategies.common import centre
 from jaxes.tasks.brax.envs import env_names, supported_backends
 from jaxes.tasks.functions import function_task
-from jaxes.training import runner
 
 
 @pytest.mark.parametrize("env", env_names())
@@ -27,7 +27,7 @@ def test_every_env_traces_one_generation_with_its_preset(env):
     config = config_lib.TrainConfig(env=env)
     assert config.backend in supported_backends(env)
     strategy, task = config_lib.build(config)
-    state = jax.eval_shape(lambda: runner.init_state(strategy, task, 0))
+    state = jax.eval_shape(lambda: training.init_state(strategy, task, 0))
     lowered = jax.jit(generation_step(strategy, task)).lower(state)
     _, metrics = lowered.out_info
     assert metrics["env_steps"].shape == () and "fitness_mean" in metrics
@@ -84,16 +84,16 @@ def lines_of(out):
 
 def test_timesteps_stop_inside_a_block_and_resume_like_one_run(tmp_path):
     # 8 evaluations a generation: a budget of 20 stops after generation 3, inside the block.
-    summary = runner.run(
+    summary = training.run(
         ES, SPHERE, str(tmp_path / "a"), generations=10, eval_every=5, timesteps=20, **quiet()
     )
     assert summary["stopped"] == "timesteps" and summary["generations"] == 3
     assert [x["total_env_steps"] for x in lines_of(tmp_path / "a")] == [8, 16, 24]
-    resumed = runner.run(
+    resumed = training.run(
         ES, SPHERE, str(tmp_path / "a"), generations=10, eval_every=5, timesteps=60,
         resume=True, **quiet(),
     )  # fmt: skip
-    straight = runner.run(
+    straight = training.run(
         ES, SPHERE, str(tmp_path / "b"), generations=10, eval_every=5, timesteps=60, **quiet()
     )
     assert resumed["generations"] == straight["generations"] == 8
@@ -108,18 +108,18 @@ def _final(out):
 
     ckpt = Checkpointer(os.path.join(out, "checkpoints"), create=False)
     try:
-        step, state = ckpt.restore(runner.init_state(ES, SPHERE, 0))
+        step, state = ckpt.restore(training.init_state(ES, SPHERE, 0))
     finally:
         ckpt.close()
     return step, state, np.asarray(centre(state.strategy_state))
 
 
 def test_target_return_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
-    free = runner.run(ES, SPHERE, str(tmp_path / "free"), generations=30, eval_every=2, **quiet())
+    free = training.run(ES, SPHERE, str(tmp_path / "free"), generations=30, eval_every=2, **quiet())
     evals = [x["eval_return"] for x in lines_of(tmp_path / "free") if "eval_return" in x]
     target = evals[len(evals) // 2]
     first = next(i for i, r in enumerate(evals) if r >= target)
-    summary = runner.run(
+    summary = training.run(
         ES, SPHERE, str(tmp_path / "t"), generations=30, eval_every=2, target_return=target,
         **quiet(),
     )  # fmt: skip
@@ -129,18 +129,18 @@ def test_target_return_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
 
 
 def test_seeds_in_one_program_match_each_seed_alone_and_resume(tmp_path):
-    both = runner.run_seeds(
+    both = training.run_seeds(
         ES, SPHERE, str(tmp_path / "s"), seeds=[3, 5], generations=4, eval_every=2, **quiet()
     )
     assert both["seeds"] == [3, 5] and len(both["runs"]) == 2
     finals = [r["final_eval_return"] for r in both["runs"]]
     assert both["final_eval_return"]["median"] == pytest.approx(np.median(finals))
-    runner.run_seeds(
+    training.run_seeds(
         ES, SPHERE, str(tmp_path / "s"), seeds=[3, 5], generations=8, eval_every=2,
         resume=True, **quiet(),
     )  # fmt: skip
     for seed in (3, 5):
-        runner.run(
+        training.run(
             ES, SPHERE, str(tmp_path / f"alone{seed}"), seed=seed, generations=8, eval_every=2,
             **quiet(),
         )  # fmt: skip
@@ -157,10 +157,10 @@ def test_seeds_in_one_program_match_each_seed_alone_and_resume(tmp_path):
 
 
 def test_seeds_that_reach_the_target_stop_while_the_others_go_on(tmp_path):
-    alone = runner.run(ES, SPHERE, str(tmp_path / "a"), seed=1, generations=20, eval_every=2,
+    alone = training.run(ES, SPHERE, str(tmp_path / "a"), seed=1, generations=20, eval_every=2,
                        **quiet())  # fmt: skip
     target = alone["final_eval_return"] - 1e-6
-    both = runner.run_seeds(
+    both = training.run_seeds(
         ES, SPHERE, str(tmp_path / "s"), seeds=[0, 1], generations=20, eval_every=2,
         target_return=target, **quiet(),
     )  # fmt: skip

@@ -242,13 +242,13 @@ def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message
 
 def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
     # Wiring only (jit(...).lower: traced, not compiled): the CLI's settings reach the strategy.
+    from jaxes import training
     from jaxes.app.config import TrainConfig, build
     from jaxes.step import generation_step
-    from jaxes.training import runner
 
     config = TrainConfig(env="fast", noise="lowrank", noise_rank=3, policy="mlp")
     strategy, task = build(config)
-    state = runner.init_state(strategy, task, 0)
+    state = training.init_state(strategy, task, 0)
     jax.jit(generation_step(strategy, task)).lower(state)
     delta = strategy.perturbation(state.strategy_state, 0)
     kernels = [

@@ -14,12 +14,11 @@ import pytest
 
 import jaxes
 from conftest import TINY_FLAGS
-from jaxes import parallel
+from jaxes import parallel, training
 from jaxes.app import train
 from jaxes.step import TrainState, generation_step
 from jaxes.tasks.brax import brax_task, observation_size
 from jaxes.tasks.functions import function_task
-from jaxes.training import runner
 
 GENERATIONS = 20
 N = 4
@@ -30,7 +29,7 @@ BRAX_TASK = brax_task("inverted_pendulum", "spring", 50, "mlp", hidden_sizes=(32
 
 def one_device(task, strategy=STRATEGY):
     step = generation_step(strategy, task)
-    state = runner.init_state(strategy, task, seed=0)
+    state = training.init_state(strategy, task, seed=0)
     return jax.block_until_ready(
         jax.jit(lambda s: jax.lax.scan(lambda c, _: step(c), s, None, GENERATIONS))(state)[0]
     )
@@ -39,7 +38,7 @@ def one_device(task, strategy=STRATEGY):
 def shard_mapped(task, strategy=STRATEGY):
     mesh = parallel.make_mesh(N)
     step = parallel.sharded_step(strategy, task, mesh)
-    state = runner.place(runner.init_state(strategy, task, seed=0), mesh)
+    state = training.place(training.init_state(strategy, task, seed=0), mesh)
     # Block: two multi-device programs in flight at once can stall each other's collectives
     # on a CPU with fewer cores than (fake) devices.
     return jax.block_until_ready(
@@ -52,7 +51,7 @@ def pmapped(task):
     pstep = jax.pmap(
         parallel.local_step(STRATEGY, task, N, "devices"), axis_name="devices", donate_argnums=0
     )
-    state = runner.init_state(STRATEGY, task, seed=0)
+    state = training.init_state(STRATEGY, task, seed=0)
     state = jax.tree.map(lambda x: jnp.stack([x] * N), state)
     for _ in range(GENERATIONS):
         state, _ = pstep(state)
@@ -87,7 +86,7 @@ def test_one_device_shard_map_and_pmap_agree(task):
         assert np.max(np.abs(np.asarray(a.mean) - np.asarray(b.mean)) / std) < 5e-2
         np.testing.assert_allclose(a.m2, b.m2, rtol=5e-2)
     moved = max_diff(
-        single.strategy_state.params, runner.init_state(STRATEGY, task, 0).strategy_state.params
+        single.strategy_state.params, training.init_state(STRATEGY, task, 0).strategy_state.params
     )
     assert moved > 1e-3  # the runs really trained
 
@@ -113,7 +112,7 @@ def test_every_strategy_splits_over_devices(strategy):
     ]
     assert max(max_diff(a, b) for a, b in floats) <= 1e-5
     assert (
-        max_diff(single.params, runner.init_state(strategy, FN_TASK, 0).strategy_state.params)
+        max_diff(single.params, training.init_state(strategy, FN_TASK, 0).strategy_state.params)
         > 1e-3
     )
 
@@ -132,7 +131,7 @@ def collectives(hlo_text):
 
 def test_only_fitness_and_fixed_statistics_cross_devices():
     mesh = parallel.make_mesh(N)
-    state = runner.place(runner.init_state(STRATEGY, BRAX_TASK, 0), mesh)
+    state = training.place(training.init_state(STRATEGY, BRAX_TASK, 0), mesh)
     step = jax.jit(parallel.sharded_step(STRATEGY, BRAX_TASK, mesh))
     hlo = step.lower(state).compile().as_text()
     found = collectives(hlo)
@@ -231,7 +230,7 @@ def test_the_brax_rollout_passes_the_vma_check_in_a_users_shard_map():
     step = jax.shard_map(
         parallel.local_step(STRATEGY, BRAX_TASK, N), mesh=mesh, in_specs=spec, out_specs=spec
     )
-    state = jax.eval_shape(lambda: runner.init_state(STRATEGY, BRAX_TASK, 0))
+    state = jax.eval_shape(lambda: training.init_state(STRATEGY, BRAX_TASK, 0))
     out, metrics = jax.eval_shape(step, state)
     assert jax.tree.structure(out) == jax.tree.structure(state) and metrics["env_steps"].shape == ()
 

@@ -9,9 +9,9 @@ import optax
 import pytest
 
 import jaxes
-from jaxes import evaluation, step
+from jaxes import evaluation, step, training
 from jaxes.tasks.functions import function_task
-from jaxes.training import checkpoint, runner
+from jaxes.training import checkpoint
 
 STRATEGIES = {
     "open_es": lambda **kw: jaxes.open_es(16, 0.1, learning_rate=0.05, **kw),
@@ -30,7 +30,7 @@ def memory_plan(strategy, dim):
     """Bytes per parameter of the compiled default generation step (arguments + temporaries +
     outputs - aliases), from XLA's memory analysis: compiled, never run."""
     task = function_task("sphere", dim)
-    abstract = jax.eval_shape(lambda: runner.init_state(strategy, task, 0))
+    abstract = jax.eval_shape(lambda: training.init_state(strategy, task, 0))
     compiled = jax.jit(step.generation_step(strategy, task), donate_argnums=0).lower(abstract)
     m = compiled.compile().memory_analysis()
     used = (
@@ -57,7 +57,7 @@ def test_chunked_generation_equals_one_chunk_and_devices():
     assert chunked.eval_chunk(chunked.init(jax.random.key(0), jnp.ones(6))) == 4
 
     def run(es):
-        ts = runner.init_state(es, task, 0)
+        ts = training.init_state(es, task, 0)
         ts, metrics = jax.jit(
             lambda t: jax.lax.scan(lambda c, _: step.generation_step(es, task)(c), t, None, 5)
         )(ts)
@@ -235,16 +235,16 @@ def test_runner_donates_and_checkpoints_rebuild_the_noise_table(tmp_path):
         jaxes.open_es(4, 0.1, noise="table", noise_table_size=2**20),
         function_task("sphere", 3),
     )
-    state = runner.init_state(es, task, 0)
+    state = training.init_state(es, task, 0)
     params = state.strategy_state.params
-    run_block = runner.block_runner(es, task, 2)
+    run_block = training.block_runner(es, task, 2)
     new, _, _ = run_block(state, jax.random.key(1))
     assert params.is_deleted()  # donated: the new state reuses the buffers
     ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"))
     ckpt.save(2, new)
     stored = sum(f.stat().st_size for f in (tmp_path / "ckpt").rglob("*") if f.is_file())
     assert stored < 1_000_000 < new.strategy_state.noise_state.values.nbytes
-    _, restored = ckpt.restore(runner.init_state(es, task, 0))
+    _, restored = ckpt.restore(training.init_state(es, task, 0))
     ckpt.close()
     for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(new), strict=True):
         if not checkpoint.is_key(a):

@@ -10,9 +10,8 @@ import pytest
 from test_parallel import max_diff, one_device, shard_mapped
 
 import jaxes
-from jaxes import subspace
+from jaxes import subspace, training
 from jaxes.tasks.functions import function_task
-from jaxes.training import runner
 
 PARAMS = {"w": jnp.ones((6, 5)), "b": jnp.zeros(5)}
 
@@ -72,7 +71,7 @@ def test_subspace_strategy_runs_in_the_runner_and_over_devices(tmp_path):
     assert max_diff(single.inner.params, split.inner.params) <= 1e-5
 
     def train(out, generations, resume=False):
-        return runner.run(es, task, str(tmp_path / out), generations=generations,
+        return training.run(es, task, str(tmp_path / out), generations=generations,
                           eval_every=3, checkpoint_every=3, plot=False, resume=resume,
                           stream=io.StringIO())  # fmt: skip
 
@@ -164,7 +163,7 @@ def test_jaxes_train_subspace_settings_reach_the_strategy_and_config_reads_back(
 
     config = TrainConfig(env="fast", policy="mlp", subspace_dim=5, subspace_projection="sparse")
     strategy, task = build(config)
-    state = runner.init_state(strategy, task, 0)
+    state = training.init_state(strategy, task, 0)
     assert isinstance(state.strategy_state, subspace.SubspaceState)
     assert state.strategy_state.inner.params.shape == (5,)
     assert state.strategy_state.projection == "sparse"

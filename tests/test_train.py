@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
+from jaxes import training
 from jaxes.app import train
 from jaxes.app.config import TrainConfig, build, strategy_default
 from jaxes.step import generation_step
-from jaxes.training import runner
 
 TINY = dict(
     episode_length=100,
@@ -123,7 +123,7 @@ def test_a_shorter_run_extended_by_resume_equals_the_whole_run(uninterrupted, tm
 
 def test_generation_step_composes_with_scan():
     strategy, task = build(TrainConfig(**TINY))
-    state = runner.init_state(strategy, task, seed=0)
+    state = training.init_state(strategy, task, seed=0)
     step = jax.jit(generation_step(strategy, task))
     looped = state
     for _ in range(3):

@@ -8,10 +8,11 @@ import pytest
 from test_parallel import max_diff, one_device, shard_mapped
 
 import jaxes
+from jaxes import training
 from jaxes.app.config import ConfigError, TrainConfig
 from jaxes.step import generation_step
 from jaxes.tasks.brax import brax_task, policies
-from jaxes.training import checkpoint, runner
+from jaxes.training import checkpoint
 
 TASK = brax_task("inverted_pendulum", "spring", 20, "vbn_mlp", (8, 8), reference_size=16)
 
@@ -59,11 +60,11 @@ def members_at(members, i):
 
 def test_the_reference_batch_is_checkpointed_and_restored(tmp_path):
     strategy = jaxes.open_es(8, 0.1, noise="gaussian")
-    state = runner.init_state(strategy, TASK, 0)
+    state = training.init_state(strategy, TASK, 0)
     ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
     ckpt.save(0, state)
     ckpt.close()
-    like = runner.init_state(strategy, TASK, 1)  # another seed: another reference batch
+    like = training.init_state(strategy, TASK, 1)  # another seed: another reference batch
     assert max_diff(like.task_state.reference, state.task_state.reference) > 0
     ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"), create=False)
     _, restored = ckpt.restore(like, 0)
@@ -74,7 +75,7 @@ def test_the_reference_batch_is_checkpointed_and_restored(tmp_path):
 @pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es"])
 def test_every_strategy_traces_a_vbn_generation(name):
     strategy = getattr(jaxes, name)(8)
-    state = runner.init_state(strategy, TASK, 0)
+    state = training.init_state(strategy, TASK, 0)
     jax.jit(generation_step(strategy, TASK)).lower(state)  # traced, not compiled
 
 

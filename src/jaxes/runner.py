@@ -1,7 +1,7 @@
-"""Kept so that existing imports work: this module is ``jaxes.training.runner``."""
+"""Kept so that existing imports work: this module is ``jaxes.training``."""
 
 import sys
 
-from jaxes.training import runner as _module
+from jaxes import training as _module
 
 sys.modules[__name__] = _module

@@ -22,7 +22,8 @@ from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
 from jaxes.strategies.common import NOISE_SOURCES
 from jaxes.tasks import brax as brax_tasks
 from jaxes.tasks.brax import envs as brax_envs
-from jaxes.training import rundir, runner
+from jaxes.training import rundir
+from jaxes.training.settings import check_loop, check_stops
 from jaxes.types import Strategy, Task
 
 # The factories ``TrainConfig.strategy`` names; each takes (population_size, sigma,
@@ -115,7 +116,7 @@ class TrainConfig:
       >>> TrainConfig(seed=2**31)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.config.ConfigError: seed: expected an int in [0, 2147483647], got 2147483648
+      jaxes.app.config.ConfigError: seed: expected an int in [0, 2147483647], got 2147483648
     """
 
     env: str = "inverted_pendulum"
@@ -169,10 +170,10 @@ class TrainConfig:
                 f"population_size: expected an int >= 2, got {self.population_size!r}"
             )
         try:  # the runner's own checks of its loop settings
-            runner.check_loop(
+            check_loop(
                 self.generations, self.seed, self.eval_every, self.checkpoint_every, self.devices
             )
-            runner.check_stops(self.timesteps, self.target_return)
+            check_stops(self.timesteps, self.target_return)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         for name in ("backend", "policy", "noise", "subspace_projection"):
@@ -259,7 +260,7 @@ class TrainConfig:
           >>> TrainConfig.from_dict({"env": "ant"}, "run/config.json")  # doctest: +ELLIPSIS
           Traceback (most recent call last):
             ...
-          jaxes.config.ConfigError: run/config.json: missing settings ['backend', ...]
+          jaxes.app.config.ConfigError: run/config.json: missing settings ['backend', ...]
         """
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object of settings, got {data!r:.60}")
@@ -288,7 +289,7 @@ def read_toml(path: str) -> dict:
       >>> read_toml(path)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.config.ConfigError: .../hopper.toml: sigma: expected a finite number > 0, got 'big'
+      jaxes.app.config.ConfigError: .../hopper.toml: sigma: expected a finite number > 0, got 'big'
     """
     import tomllib
 
@@ -327,7 +328,7 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
       >>> build(TrainConfig(population_size=7))  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.config.ConfigError: open_es: population_size: antithetic pairs need an even ...
+      jaxes.app.config.ConfigError: open_es: population_size: antithetic pairs need an even ...
     """
     task = brax_tasks.brax_task(
         config.env,

@@ -1,23 +1,23 @@
 """Brax runs from a ``TrainConfig``: train one, load one back, export its policy.
 
 ``run`` builds the strategy and task a config describes and hands them to the generic runner
-(``jaxes.runner.run``), recording the config as ``config.json``. ``load_run`` and
+(``jaxes.training.run``), recording the config as ``config.json``. ``load_run`` and
 ``load_policy`` read a run directory back (any checkpoint), for evaluation, replays or a
 deployed controller.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import jax
 
+from jaxes import training
 from jaxes.app.config import TrainConfig, build, read_config
 from jaxes.step import TrainState
 from jaxes.strategies import centre
-from jaxes.training import checkpoint, rundir, runner
+from jaxes.training import checkpoint, rundir
 from jaxes.types import Strategy, Task
 
 
@@ -29,7 +29,7 @@ def run(
     plot: bool = True,
     progress_fn: Callable[[int, dict], Any] | None = None,
 ) -> dict:
-    """Trains as ``config`` says, writing into ``out``; returns ``runner.run``'s summary.
+    """Trains as ``config`` says, writing into ``out``; returns ``training.run``'s summary.
 
     With ``resume=True`` the config must equal the run's ``config.json`` except for
     ``generations``.
@@ -42,7 +42,7 @@ def run(
       10
     """
     strategy, task = build(config)  # every setting is checked before anything is written
-    return runner.run(
+    return training.run(
         strategy,
         task,
         out,
@@ -65,7 +65,7 @@ def run_seeds(
     progress_fn: Callable[[int, dict], Any] | None = None,
 ) -> dict:
     """``run`` for every seed in ``seeds`` at once, vmapped in one program; writes
-    ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``runner.run_seeds``'s
+    ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``training.run_seeds``'s
     summary (median and spread over the seeds).
 
     Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
@@ -75,7 +75,7 @@ def run_seeds(
       (3, True)
     """
     strategy, task = build(config)
-    return runner.run_seeds(
+    return training.run_seeds(
         strategy,
         task,
         out,
@@ -89,7 +89,7 @@ def run_seeds(
 
 
 def _loop_settings(config: TrainConfig) -> dict:
-    """What ``runner.run`` and ``runner.run_seeds`` take from a config, besides the seed."""
+    """What ``training.run`` and ``training.run_seeds`` take from a config, besides the seed."""
     return {
         "generations": config.generations,
         "eval_every": config.eval_every,
@@ -111,13 +111,13 @@ def load_run(
 
     Example (a run directory as ``run`` starts it, made by hand so that nothing is trained):
       >>> import os, tempfile
-      >>> from jaxes.checkpoint import Checkpointer
+      >>> from jaxes.training.checkpoint import Checkpointer
       >>> tmp = tempfile.TemporaryDirectory()
       >>> config = TrainConfig(population_size=8, policy="linear")
       >>> with open(os.path.join(tmp.name, "config.json"), "w") as f:
       ...     _ = f.write(config.to_json())
-      >>> ckpt = Checkpointer(os.path.join(tmp.name, "checkpoints"))
-      >>> ckpt.save(0, runner.init_state(*build(config), config.seed))
+      >>> ckpt = Checkpointer(rundir.checkpoints_of(tmp.name))
+      >>> ckpt.save(0, training.init_state(*build(config), config.seed))
       >>> ckpt.close()
       >>> config, strategy, task, step, state = load_run(tmp.name)
       >>> config.policy, step, int(state.generation)
@@ -125,12 +125,12 @@ def load_run(
       >>> load_run(tmp.name, checkpoint_step=5)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.checkpoint.CheckpointError: checkpoint: no checkpoint 5 in ...; it has [0]
+      jaxes.training.checkpoint.CheckpointError: checkpoint: no checkpoint 5 in ...; it has [0]
       >>> tmp.cleanup()
     """
     config = read_config(rundir.config_of(out, "run_dir"))
     strategy, task = build(config)
-    directory = os.path.join(out, "checkpoints")
+    directory = rundir.checkpoints_of(out)
     steps = checkpoint.complete_steps(directory)
     if checkpoint_step is not None and checkpoint_step not in steps:
         raise checkpoint.CheckpointError(
@@ -138,7 +138,7 @@ def load_run(
         )
     ckpt = checkpoint.Checkpointer(directory, create=False)
     try:
-        like = runner.init_state(strategy, task, config.seed)
+        like = training.init_state(strategy, task, config.seed)
         if checkpoint_step is None:
             step, state, _ = ckpt.restore_newest_readable(like)
         else:

@@ -21,6 +21,10 @@ import numpy as np
 
 from jaxes.noise import Table
 
+# Checkpoints a run keeps: saving one more deletes the oldest (a resume needs only the newest
+# readable one; the ones before it are fallbacks should it be damaged).
+KEEP = 3
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing or cannot be read."""
@@ -179,7 +183,7 @@ def complete_steps(directory: str) -> list[int]:
 class Checkpointer:
     """Saves and restores one run's states under ``directory`` (keeps the newest ``keep``)."""
 
-    def __init__(self, directory: str, keep: int = 3, create: bool = True):
+    def __init__(self, directory: str, keep: int = KEEP, create: bool = True):
         ocp = _quiet_orbax()
         self._ocp = ocp
         self.directory = os.path.abspath(directory)

@@ -9,25 +9,34 @@ from typing import TextIO
 class Progress:
     """One status line: generation, returns, env steps/s, ETA. Redrawn in place on a terminal.
 
+    ``statistic`` names what the returns are when they summarise several runs (e.g.
+    ``"median over 3 seeds"``); the line shows it before them.
+
     Example:
       >>> import io
       >>> out = io.StringIO()
       >>> Progress(10, out).update(5, {"fitness_mean": 1.0, "best_fitness": 2.0}, 100.0, 3.0)
       >>> out.getvalue().split()[:3]
       ['gen', '5/10', 'mean']
+      >>> out = io.StringIO()
+      >>> Progress(10, out, "median over 3 seeds").update(5, {}, 100.0, 3.0)
+      >>> out.getvalue().split()[:7]
+      ['gen', '5/10', 'median', 'over', '3', 'seeds:', 'mean']
     """
 
-    def __init__(self, total: int, stream: TextIO | None = None):
+    def __init__(self, total: int, stream: TextIO | None = None, statistic: str | None = None):
         self.total = total
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()
+        self.label = f"{statistic}: " if statistic else ""
 
     def update(self, generation: int, line: dict, steps_per_s: float, eta_s: float) -> None:
         def number(value):
             return "     n/a" if value is None else f"{value:9.2f}"
 
         text = (
-            f"gen {generation:>5}/{self.total}  mean {number(line.get('fitness_mean'))}  "
+            f"gen {generation:>5}/{self.total}  {self.label}"
+            f"mean {number(line.get('fitness_mean'))}  "
             f"best {number(line.get('best_fitness'))}  eval {number(line.get('eval_return'))}  "
             f"{steps_per_s:,.0f} steps/s  ETA {eta_s:5.0f}s"
         )

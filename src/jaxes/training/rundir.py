@@ -1,4 +1,15 @@
-"""The run directory: its lock, ``config.json`` and ``metrics.jsonl``.
+"""The run directory: its layout, who may write it, and whether a run starts, restarts or resumes.
+
+A run directory holds ``config.json`` (the settings, written first), ``metrics.jsonl`` (a line
+per generation), ``checkpoints/`` (whole states; the newest ``checkpoint.KEEP`` are kept) and
+``learning_curve.png``. A directory of several seeds' runs (``run_seeds``) holds ``seeds.json``,
+``summary.json``, ``learning_curves.png`` and one run directory ``seed-S`` per seed. Every path
+of these is built here (``checkpoints_of``, ``metrics_of``, ``seed_dir``).
+
+Admission (``open_run``, ``open_seeds``, ``resume_target``): a new run needs an empty directory
+(or one holding only a run that never reached its first checkpoint, which restarts in place); a
+resumed run must have the settings in its ``config.json`` (only ``settings.MAY_CHANGE`` may
+change, and ``config.json`` is updated to them).
 
 Every write is whole or absent: JSON files are written to a temporary name and renamed, and a
 metrics line is one ``write`` of strict JSON (non-finite numbers become ``null``). A process
@@ -15,12 +26,21 @@ import fcntl
 import json
 import math
 import os
+import time
 from collections.abc import Iterator
+
+from jaxes.training import checkpoint
+from jaxes.training.settings import MAY_CHANGE
 
 LOCK = ".lock"
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
-SEEDS = "seeds.json"  # a directory of several seeds' runs (runner.run_seeds), one per seed-S
+CHECKPOINTS = "checkpoints"
+LEARNING_CURVE = "learning_curve.png"
+# A directory of several seeds' runs (``run_seeds``): these beside one ``seed-S`` per seed.
+SEEDS = "seeds.json"
+SUMMARY = "summary.json"
+LEARNING_CURVES = "learning_curves.png"
 
 
 class RunDirError(ValueError):
@@ -34,11 +54,41 @@ def check_out(out) -> str:
       >>> check_out("")
       Traceback (most recent call last):
         ...
-      jaxes.rundir.RunDirError: out: expected a directory path, got ''
+      jaxes.training.rundir.RunDirError: out: expected a directory path, got ''
     """
     if not isinstance(out, str | os.PathLike) or not str(out).strip():
         raise RunDirError(f"out: expected a directory path, got {out!r}")
     return os.fspath(out)
+
+
+def checkpoints_of(out: str) -> str:
+    """The directory of the run's checkpoints.
+
+    Example:
+      >>> checkpoints_of("runs/r")
+      'runs/r/checkpoints'
+    """
+    return os.path.join(out, CHECKPOINTS)
+
+
+def metrics_of(out: str) -> str:
+    """The path of the run's ``metrics.jsonl``."""
+    return os.path.join(out, METRICS)
+
+
+def seed_dir(out: str, seed: int) -> str:
+    """The run directory of ``seed`` in ``out``, a directory of several seeds' runs.
+
+    Example:
+      >>> seed_dir("runs/r", 3)
+      'runs/r/seed-3'
+    """
+    return os.path.join(out, f"seed-{seed}")
+
+
+def default_out(name: str) -> str:
+    """A new run directory for ``name``: ``runs/NAME-DATE-TIME``."""
+    return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def config_of(out: str, argument: str) -> str:
@@ -46,10 +96,10 @@ def config_of(out: str, argument: str) -> str:
     holds no run.
 
     Example:
-      >>> config_of("/nonexistent", "--resume")
+      >>> config_of("/nonexistent", "--resume")  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.rundir.RunDirError: --resume: /nonexistent holds no run (config.json is missing)
+      jaxes.training.rundir.RunDirError: --resume: /nonexistent holds no run (config.json is ...)
     """
     path = os.path.join(check_out(out), CONFIG)
     if not os.path.isfile(path):
@@ -57,7 +107,7 @@ def config_of(out: str, argument: str) -> str:
         if seeds:
             raise RunDirError(
                 f"{argument}: {out} holds the runs of seeds {seeds}; name one of them, e.g. "
-                f"{os.path.join(out, f'seed-{seeds[0]}')}"
+                f"{seed_dir(out, seeds[0])}"
             )
         raise RunDirError(f"{argument}: {out} holds no run (config.json is missing)")
     return path
@@ -93,7 +143,7 @@ def lock(out: str) -> Iterator[None]:
       ...         pass  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.rundir.RunDirError: out: another process is writing to ... (it holds ...
+      jaxes.training.rundir.RunDirError: out: another process is writing to ... (it holds ...
     """
     path = os.path.join(out, LOCK)
     try:
@@ -112,6 +162,126 @@ def lock(out: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def open_run(out: str, settings: dict, resume: bool) -> str:
+    """Checks that ``out`` can take the run of ``settings`` and writes its ``config.json``;
+    returns ``"new"``, ``"restart"`` (a run that never reached its first checkpoint starts
+    again in place) or ``"resume"``. Hold ``lock(out)`` around it and the run.
+
+    Example:
+      >>> import tempfile
+      >>> out = tempfile.mkdtemp()
+      >>> open_run(out, {"generations": 4}, resume=False), open_run(out, {"generations": 4}, False)
+      ('new', 'restart')
+      >>> open_run(out, {"generations": 5, "seed": 1}, resume=False)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.training.rundir.RunDirError: .../config.json: missing settings ['seed']
+    """
+    config_path = os.path.join(out, CONFIG)
+    has_config = os.path.isfile(config_path)
+    steps = checkpoint.complete_steps(checkpoints_of(out))
+    if resume:
+        config_of(out, "resume")
+    if not resume and entries(out) and (not has_config or steps):
+        _refuse_not_empty(out)
+    if has_config:
+        _check_same_run(read_json(config_path), settings, config_path, resume)
+    if resume and steps and steps[-1] > settings["generations"]:
+        raise RunDirError(
+            f"generations: the run has done {steps[-1]} generations already; ask for at least "
+            f"{steps[-1]}"
+        )
+    # Written first, so that a run stopped at any later moment can be restarted or resumed.
+    write_json(config_path, settings)
+    if not has_config:
+        return "new"
+    return "resume" if steps else "restart"
+
+
+def _refuse_not_empty(out: str):
+    raise RunDirError(
+        f"out: {out} already exists and is not empty; resume it (--resume) or choose "
+        "another directory"
+    )
+
+
+def _check_same_run(saved, settings: dict, path: str, resume: bool) -> None:
+    """``saved`` (the ``config.json`` at ``path``) holds the run of ``settings``: the same
+    names, and the same values but for ``MAY_CHANGE`` (which a restart may not change)."""
+    if not isinstance(saved, dict):
+        raise RunDirError(f"{path}: expected a JSON object of settings")
+    missing = sorted(set(settings) - set(saved))
+    if missing:
+        raise RunDirError(f"{path}: missing settings {missing}")
+    for name, value in settings.items():
+        if name not in MAY_CHANGE and saved[name] != value:
+            if not resume:
+                raise RunDirError(
+                    f"out: {os.path.dirname(path)} holds a run (stopped before its first "
+                    f"checkpoint) whose {name} is {saved[name]!r}, not {value!r}; choose "
+                    "another directory, or delete that one"
+                )
+            raise RunDirError(
+                f"resume: {name}={value!r} differs from the run's {saved[name]!r} in {path}; "
+                f"only {', '.join(MAY_CHANGE)} may change"
+            )
+    unknown = sorted(set(saved) - set(settings))
+    if unknown:
+        raise RunDirError(f"{path}: unknown settings {unknown}")
+
+
+def open_seeds(out: str, seeds: list[int], resume: bool, primary: bool) -> None:
+    """Checks that ``out`` can take (or holds, when resuming) the runs of ``seeds`` and
+    records them in ``seeds.json`` (``primary``: the process that writes). Each run is then
+    opened in its ``seed_dir`` with ``open_run``.
+
+    Example:
+      >>> import tempfile
+      >>> out = tempfile.mkdtemp()
+      >>> open_seeds(out, [0, 1], resume=False, primary=True)
+      >>> open_seeds(out, [0, 2], resume=True, primary=True)
+      Traceback (most recent call last):
+        ...
+      jaxes.training.rundir.RunDirError: seeds: ... holds the runs of seeds [0, 1], not [0, 2]
+    """
+    held = check_held_seeds(out, seeds, "seeds")
+    if held is None and resume:
+        raise RunDirError(f"resume: {out} holds no runs of several seeds ({SEEDS})")
+    if held is None and entries(out):
+        _refuse_not_empty(out)
+    if primary:
+        write_json(os.path.join(out, SEEDS), {"seeds": seeds})
+
+
+def check_held_seeds(out: str, seeds: list[int] | None, argument: str) -> list[int] | None:
+    """The seeds whose runs ``out`` holds (``None``: not a directory of several seeds' runs);
+    a ``RunDirError`` naming ``argument`` when ``seeds`` are given and are not those."""
+    held = seeds_of(out)
+    if held is not None and seeds is not None and seeds != held:
+        raise RunDirError(f"{argument}: {out} holds the runs of seeds {held}, not {seeds}")
+    return held
+
+
+def resume_target(out: str, seeds: list[int] | None = None) -> tuple[list[int] | None, str]:
+    """What resuming ``out`` continues: the seeds whose runs it holds (else ``seeds``, else
+    ``None`` for one run) and the ``config.json`` of its (first) run. Errors name the flags of
+    ``jaxes train``, which calls this.
+
+    Example:
+      >>> import tempfile
+      >>> out = tempfile.mkdtemp()
+      >>> resume_target(out)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.training.rundir.RunDirError: --resume: ... holds no run (config.json is missing)
+    """
+    held = check_held_seeds(out, seeds, "--seeds")
+    if held is not None:
+        seeds = held
+    first = out if seeds is None else seed_dir(out, seeds[0])
+    return seeds, config_of(first, "--resume")
 
 
 def write_json(path: str, data) -> None:

@@ -1,0 +1,74 @@
+"""``jaxes eval``, ``jaxes render`` and ``jaxes envs``: the commands that read a run (its
+checkpointed centre policy, evaluated or replayed) or list what ``jaxes train`` accepts."""
+
+from __future__ import annotations
+
+import os
+
+
+def _loaded(args):
+    """The run's config with eval's overrides, its task, the checkpoint step and state."""
+    import dataclasses
+
+    from jaxes.app import config as config_lib
+    from jaxes.app import train
+
+    for name in ("episodes", "episode_length"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise config_lib.ConfigError(
+                f"--{name.replace('_', '-')}: expected an int >= 1, got {value}"
+            )
+    config, _, task, step, state = train.load_run(args.run_dir, args.checkpoint)
+    changes = {}
+    if hasattr(args, "episodes"):
+        changes["eval_episodes"] = args.episodes
+    if args.episode_length is not None:
+        changes["episode_length"] = args.episode_length
+    if changes:
+        config = dataclasses.replace(config, **changes)
+        _, task = config_lib.build(config)
+    return config, task, step, state
+
+
+def eval_command(args) -> int:
+    """``jaxes eval``: the noise-free return of a run's checkpointed centre policy."""
+    import jax
+    import numpy as np
+
+    from jaxes.strategies import centre
+    from jaxes.training import compilation
+
+    config, task, step, state = _loaded(args)
+    inputs = (jax.random.key(args.seed), centre(state.strategy_state), state.task_state)
+    # Compiled as training compiles its evaluation.
+    evaluate = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))
+    returns = np.asarray(evaluate(*inputs))
+    print(
+        f"{config.env}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
+        f"over {config.eval_episodes} episodes of up to {config.episode_length} steps"
+    )
+    return 0
+
+
+def render_command(args) -> int:
+    """``jaxes render``: ``RUN_DIR/replay.html``, one episode of a run's policy."""
+    from jaxes.strategies import centre
+    from jaxes.tasks.brax import render
+
+    config, task, step, state = _loaded(args)
+    path = os.path.join(args.run_dir, "replay.html")
+    params = centre(state.strategy_state)
+    ret, steps = render.write_replay(
+        task, params, state.task_state, config.episode_length, path, args.seed
+    )
+    print(f"wrote {path}: generation {step}, {steps} steps, return {ret:.1f}")
+    return 0
+
+
+def envs_command(args) -> int:
+    """``jaxes envs``: the Brax environment names, one per line."""
+    from jaxes.tasks.brax import env_names
+
+    print("\n".join(env_names()))
+    return 0

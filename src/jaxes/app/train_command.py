@@ -1,0 +1,86 @@
+"""``jaxes train``: the settings from flags, a TOML file and (resuming) the run's
+``config.json``; the run, one seed or several; the result in a few lines."""
+
+from __future__ import annotations
+
+import os
+
+from jaxes.app import config as config_lib
+from jaxes.app.config import TrainConfig, read_config
+from jaxes.app.errors import fail
+from jaxes.app.parser import TRAIN_FLAGS
+from jaxes.training import rundir
+
+# The run directory `jaxes train` writes, for the message of an interrupt.
+RUN_DIR: list[str | None] = [None]
+
+
+def train_command(args) -> int:
+    """Runs ``jaxes train`` with the parsed ``args``; returns the exit status."""
+    import jax
+
+    from jaxes import parallel
+    from jaxes.app import train
+
+    given = {f: getattr(args, f) for _, f, _, _ in TRAIN_FLAGS if getattr(args, f) is not None}
+    if args.config is not None:
+        given = {**config_lib.read_toml(args.config), **given}
+    seeds = args.seeds
+    if seeds is not None and "seed" in given:
+        return fail("--seed and --seeds: give one of them")
+    if args.resume:
+        if args.out is None:
+            return fail("--resume needs --out RUN_DIR, the run to continue")
+        seeds, path = rundir.resume_target(args.out, seeds)
+        # Flags repeat or change settings; the runner refuses any change but the stops.
+        saved = read_config(path).to_dict()
+        config = TrainConfig.from_dict({**saved, **given}, "flags")
+    else:
+        config = TrainConfig(**given, **({"seed": seeds[0]} if seeds else {}))
+    out = args.out if args.out is not None else rundir.default_out(config.env)
+    RUN_DIR[0] = out
+    parallel.initialize_distributed(
+        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
+    )
+    if seeds is None:
+        summary = train.run(config, out, resume=args.resume)
+    else:
+        summary = train.run_seeds(config, seeds, out, resume=args.resume)
+    if jax.process_index() == 0:  # process 0 reports for everyone
+        _print_result(summary, seeds, out)
+    return 0
+
+
+def _print_result(summary: dict, seeds: list[int] | None, out: str) -> None:
+    if seeds is None:
+        print(f"done: {_result_text(summary)} ({summary['seconds']} s).")
+        files = "config.json, metrics.jsonl, checkpoints/"
+        plot = ", learning_curve.png" if summary.get("plot") else ""
+    else:
+        final = summary["final_eval_return"]
+        median = "n/a" if final["median"] is None else f"{final['median']:.1f}"
+        spread = (
+            "" if final["median"] is None else f" (min {final['min']:.1f}, max {final['max']:.1f})"
+        )
+        print(
+            f"done: median noise-free eval return {median}{spread} over {len(seeds)} seeds "
+            f"({summary['seconds']} s)."
+        )
+        for run in summary["runs"]:
+            print(f"  seed {run['seed']}: {_result_text(run)}")
+        files = "seeds.json, summary.json, seed-*/"
+        plot = ", learning_curves.png" if summary.get("plot") else ""
+    print(f"files: {os.path.abspath(out)}/ ({files}{plot})")
+
+
+def _result_text(summary: dict) -> str:
+    ret = summary["final_eval_return"]
+    text = (
+        f"noise-free eval return {'n/a' if ret is None else f'{ret:.1f}'} after "
+        f"{summary['generations']} generations, {summary['total_env_steps']:,} env steps"
+    )
+    if summary["stopped"] == "target_return":
+        text += f"; reached the target return at {summary['target_env_steps']:,} env steps"
+    elif summary["stopped"] == "timesteps":
+        text += "; stopped at the timesteps budget"
+    return text

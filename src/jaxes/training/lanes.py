@@ -1,0 +1,176 @@
+"""The runs that train together, one lane each: ``run`` trains one lane, ``run_seeds`` one per
+seed, ``vmap``-ed in one program.
+
+``Job`` is what stays fixed while they train (strategy, task, loop settings, stopping rules,
+mesh); ``Lane`` is where one run stands (its directory, generation, env steps, whether and why
+it stopped); ``open_lanes`` admits each run into its directory and ``restore_states`` gives the
+state they train from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+import jax
+import jax.numpy as jnp
+
+from jaxes.parallel import check_split, make_mesh
+from jaxes.training import checkpoint, rundir
+from jaxes.training.placement import place
+from jaxes.training.programs import init_state
+from jaxes.training.settings import check_loop, check_stops, run_settings
+from jaxes.types import Strategy, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What stays fixed while one ``run`` (or ``run_seeds``) trains."""
+
+    strategy: Strategy
+    task: Task
+    loop: dict
+    stops: dict
+    mesh: Any
+    primary: bool
+    stream: TextIO
+    progress_fn: Callable[[int, dict], Any] | None
+    plot: bool
+
+    @property
+    def size(self) -> int:
+        return self.strategy.population_size
+
+    @classmethod
+    def make(cls, strategy, task, generations, eval_every, checkpoint_every, devices,
+             timesteps, target_return, progress_fn, stream, plot):  # fmt: skip
+        loop = check_loop(generations, 0, eval_every, checkpoint_every, devices)
+        del loop["seed"]  # each run has its own
+        check_stops(timesteps, target_return)
+        mesh = make_mesh(devices or None)
+        check_split(strategy.population_size, mesh.devices.size)
+        primary = jax.process_index() == 0
+        stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
+        stops = {"timesteps": timesteps, "target_return": target_return}
+        return cls(strategy, task, loop, stops, mesh, primary, stream, progress_fn, plot)
+
+
+@dataclasses.dataclass
+class Lane:
+    """One run among those training together: its files and where it stands."""
+
+    out: str
+    seed: int
+    settings: dict
+    ckpt: checkpoint.Checkpointer
+    start: int = 0
+    generation: int = 0
+    total_env_steps: int = 0
+    stopped: str | None = None
+    target_env_steps: int | None = None
+    last_eval: float | None = None
+    kept: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    compile_seconds: float = 0.0
+    plot: str | None = None
+
+    @property
+    def metrics_path(self) -> str:
+        return rundir.metrics_of(self.out)
+
+    def catch_up(self, stops: dict) -> None:
+        """Where a resumed run stood, from the metrics it kept."""
+        evals = [x for x in self.kept if x.get("eval_return") is not None]
+        self.total_env_steps = self.kept[-1].get("total_env_steps", 0) if self.kept else 0
+        self.last_eval = evals[-1]["eval_return"] if evals else None
+        target = stops["target_return"]
+        hit = [x for x in evals if target is not None and x["eval_return"] >= target]
+        self.decide_stop(stops, hit[0].get("total_env_steps") if hit else None, bool(hit))
+
+    def decide_stop(self, stops: dict, target_env_steps, reached: bool) -> None:
+        """Whether the run is over, and why: the target return first (``reached``, at
+        ``target_env_steps``), then the timesteps budget, then the generations."""
+        budget = stops["timesteps"]
+        if reached:
+            self.stopped, self.target_env_steps = "target_return", target_env_steps
+        elif budget is not None and self.total_env_steps >= budget:
+            self.stopped = "timesteps"
+        elif self.generation >= self.settings["generations"]:
+            self.stopped = "generations"
+
+    def summary(self) -> dict:
+        """``run``'s summary of this run; ``run_dir`` and ``plot`` are absolute paths."""
+        return {
+            "generations": self.generation,
+            "start_generation": self.start,
+            "final_eval_return": self.last_eval,
+            "run_dir": os.path.abspath(self.out),
+            "seconds": self.seconds,
+            "compile_seconds": self.compile_seconds,
+            "total_env_steps": self.total_env_steps,
+            "stopped": self.stopped,
+            "target_env_steps": self.target_env_steps,
+            "skipped": self.skipped,
+            **({"plot": os.path.abspath(self.plot)} if self.plot is not None else {}),
+        }
+
+
+def open_lanes(job: Job, dirs, config: Mapping | None, resume: bool, vmapped: bool) -> list:
+    """``(out, seed, settings, mode)`` of each run in ``dirs`` (``(out, seed)`` pairs): its
+    settings, and (on the primary process) its admission to ``out`` (``rundir.open_run``)."""
+    opening = []
+    for lane_out, seed in dirs:
+        lane_config = dict(config or {})
+        if vmapped and "seed" in lane_config:
+            lane_config["seed"] = seed
+        loop = {**job.loop, "seed": seed}
+        settings = run_settings(job.strategy, loop, lane_config, job.stops)
+        if job.primary:
+            mode = rundir.open_run(lane_out, settings, resume)
+        else:
+            mode = "resume" if resume else "new"
+        opening.append((lane_out, seed, settings, mode))
+    return opening
+
+
+def restore_states(job: Job, opened, vmapped: bool):
+    """The state to train from (stacked over the runs when ``vmapped``), from ``opened``
+    (``(lane, mode)`` pairs); sets each run's start generation and sets damaged checkpoints
+    aside."""
+    states = []
+    for lane, mode in opened:
+        state = init_state(job.strategy, job.task, lane.seed)
+        if not vmapped:
+            state = place(state, job.mesh)
+        if mode == "restart":
+            job.stream.write("no checkpoint yet: starting again from generation 0\n")
+        if mode == "resume":
+            lane.start, state, damaged = lane.ckpt.restore_newest_readable(state)
+            for step, reason in damaged:
+                kept_at = lane.ckpt.set_aside(step) if job.primary else None
+                job.stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
+            lane.skipped = [reason for _, reason in damaged]
+            job.stream.write(f"resuming from checkpoint {lane.start}\n")
+        lane.generation = lane.start
+        states.append(state)
+    if not vmapped:
+        return states[0]
+    return place(jax.tree.map(lambda *xs: jnp.stack(xs), *states), job.mesh)
+
+
+def next_block(lanes: list[Lane], eval_every: int) -> tuple[int, int]:
+    """The generation the running lanes are at, and the next block's length."""
+    running = [lane for lane in lanes if lane.stopped is None]
+    generation = running[0].generation
+    if any(lane.generation != generation for lane in running):
+        raise checkpoint.CheckpointError(
+            f"seeds: the runs stand at different generations "
+            f"({[lane.generation for lane in running]}); resume each one on its own"
+        )
+    generations = running[0].settings["generations"]
+    # A run stopped off a block boundary (by timesteps) realigns with a shorter block.
+    return generation, min(eval_every - generation % eval_every, generations - generation)
