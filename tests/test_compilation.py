@@ -1,6 +1,7 @@
 """The runner compiles its programs with ``jaxes.compilation``'s XLA options on the CPU."""
 
 import io
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,37 @@ from jaxes.training import compilation
 def test_the_cpu_options_turn_xlas_fusion_emitters_off():
     assert jax.default_backend() == "cpu"
     assert compilation.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+
+
+def fused(x):
+    return jnp.sum(jnp.tanh(x) * jnp.exp(-x * x) + jnp.sin(x) ** 2, axis=1)
+
+
+def test_the_options_change_what_xla_builds_and_empty_ones_do_not(monkeypatch):
+    # A fusion-heavy program: the fusion emitters off is another compiled program.
+    lowered = jax.jit(fused).lower(jnp.zeros((64, 256)))
+    default = lowered.compile().as_text()
+    assert compilation.compile(lowered).as_text() != default
+    monkeypatch.setattr(compilation, "CPU_OPTIONS", {})
+    assert compilation.compile(lowered).as_text() == default
+
+
+def test_jaxes_eval_compiles_its_evaluation_with_them(monkeypatch, capsys, tiny_run, tmp_path):
+    from jaxes.app import cli
+
+    compiled = []
+    real = compilation.compile
+
+    def spy(lowered):
+        compiled.append(lowered.as_text().split(maxsplit=2)[1])  # "module @jit_<name> ..."
+        return real(lowered)
+
+    monkeypatch.setattr(compilation, "compile", spy)
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    # test_cli's eval settings: the same program, so a warm compile cache serves both.
+    assert cli.main(["eval", str(run_dir), "--episodes", "3"]) == 0, capsys.readouterr().err
+    assert compiled == ["@jit_evaluate_policy"], compiled
 
 
 def test_empty_options_give_xlas_defaults(monkeypatch):

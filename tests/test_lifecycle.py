@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import strategies
 
 import jaxes
 from conftest import TINY_FLAGS
@@ -290,13 +291,7 @@ def user_task(dim=3):
     )
 
 
-STRATEGIES = {
-    "open_es": lambda: jaxes.open_es(8, 0.1),
-    "pgpe": lambda: jaxes.pgpe(8, 0.1),
-    "snes": lambda: jaxes.snes(8, 0.1),
-    "ars": lambda: jaxes.ars(8, 0.1),
-    "sep_cma_es": lambda: jaxes.sep_cma_es(8, 0.1),
-}
+STRATEGIES = strategies(8, 0.1)
 
 
 def quiet_run(strategy, task, out, **kwargs):

@@ -11,13 +11,14 @@ import os
 import jax
 import numpy as np
 import pytest
-from jaxes.strategies.common import centre
 
 import jaxes
 from jaxes import training
 from jaxes.app import config as config_lib
 from jaxes.app import presets, train
 from jaxes.step import generation_step
+from jaxes.strategies import centre
+from jaxes.tasks.brax import brax_task
 from jaxes.tasks.brax.envs import env_names, supported_backends
 from jaxes.tasks.functions import function_task
 
@@ -67,6 +68,22 @@ def test_new_settings_reach_the_strategy_and_the_task():
     ):
         np.testing.assert_array_equal(a, b)
     assert config.to_dict()["action_repeat"] == 2
+
+    # The task repeats each action twice: its evaluation lowers to the program brax_task
+    # builds with action_repeat=2 (traced, not compiled; action_repeat=1's differs).
+    def lowered(t):
+        state = jax.eval_shape(t.init, jax.random.key(0))
+        program = jax.jit(t.evaluate_policy).lower(jax.random.key(0), params, state)
+        return program.as_text()
+
+    def direct(action_repeat):
+        return brax_task(
+            config.env, config.backend, config.episode_length, config.policy,
+            config.hidden_sizes, eval_episodes=config.eval_episodes,
+            action_repeat=action_repeat,
+        )  # fmt: skip
+
+    assert lowered(task) == lowered(direct(2))
 
 
 SPHERE = function_task("sphere", 3)
@@ -167,6 +184,11 @@ def test_seeds_that_reach_the_target_stop_while_the_others_go_on(tmp_path):
     stops = {r["seed"]: (r["stopped"], r["generations"]) for r in both["runs"]}
     assert stops[1][0] == "target_return" and stops[1][1] <= 20
     assert all(g % 2 == 0 for _, g in stops.values())
+    # Seed 1 stops at its first evaluation that reaches the target; seed 0 goes on to 20.
+    evals = [(x["generation"], x["eval_return"]) for x in lines_of(tmp_path / "a")
+             if x.get("eval_return") is not None]  # fmt: skip
+    assert stops[1][1] == next(g for g, r in evals if r >= target), evals
+    assert stops[0] == ("generations", 20), stops
 
 
 def test_brax_seeds_match_the_single_run_of_the_same_seed(tiny_run, tmp_path):

@@ -7,19 +7,22 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import strategies
 
 import jaxes
 from jaxes import evaluation, step, training
 from jaxes.tasks.functions import function_task
 from jaxes.training import checkpoint
 
-STRATEGIES = {
-    "open_es": lambda **kw: jaxes.open_es(16, 0.1, learning_rate=0.05, **kw),
-    "pgpe": lambda **kw: jaxes.pgpe(16, 0.1, learning_rate=0.05, **kw),
-    "snes": lambda **kw: jaxes.snes(16, 0.3, **kw),
-    "ars": lambda **kw: jaxes.ars(16, 0.1, learning_rate=0.05, top_k=4, **kw),
-    "sep_cma_es": lambda **kw: jaxes.sep_cma_es(16, 0.3, **kw),
-}
+STRATEGIES = strategies(
+    16,
+    0.1,
+    open_es=dict(learning_rate=0.05),
+    pgpe=dict(learning_rate=0.05),
+    snes=dict(sigma=0.3),
+    ars=dict(learning_rate=0.05, top_k=4),
+    sep_cma_es=dict(sigma=0.3),
+)
 
 
 def quadratic(params):
@@ -188,6 +191,21 @@ def test_a_sigma_schedule_reaching_zero_never_makes_nan(name):
     for key in jax.random.split(jax.random.key(1), 25):
         state, info = gen(state, key)
         assert bool(jnp.all(jnp.isfinite(state.params))) and float(info.sigma) > 0
+    # From generation 10 σ sits at the float32 floor, 1e-8, where members near 1 round to the
+    # centre: equal fitness, no ranking, and tell says so (applied is false).
+    assert float(info.sigma) == np.float32(1e-8) and not bool(info.applied)
+    # With a floor the members can resolve, the search goes on at it: every tell applies and
+    # moves the params.
+    floored = getattr(jaxes, name)(8, schedule, learning_rate=0.05, sigma_floor=1e-3)
+    state = floored.init(jax.random.key(0), jnp.ones(3))
+    gen = jax.jit(
+        lambda s, k: floored.tell(floored.ask(k, s)[1], jax.vmap(quadratic)(floored.ask(k, s)[0]))
+    )
+    for g, key in enumerate(jax.random.split(jax.random.key(1), 25)):
+        before = state.params
+        state, info = gen(state, key)
+        assert bool(info.applied) and float(jnp.max(jnp.abs(state.params - before))) > 1e-4, g
+        assert g < 10 or float(info.sigma) == np.float32(1e-3), (g, float(info.sigma))
 
 
 @pytest.mark.parametrize("name", ["pgpe", "snes", "sep_cma_es"])

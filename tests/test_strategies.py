@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import strategies
 
 import jaxes
 from jaxes import testing
@@ -19,13 +20,14 @@ from jaxes.tasks import functions
 
 P = 16
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.full(5, 0.5)}
-STRATEGIES = {
-    "pgpe": lambda: jaxes.pgpe(P, 0.3, learning_rate=0.05, sigma_learning_rate=0.1),
-    "snes": lambda: jaxes.snes(P, 0.3),
-    "ars": lambda: jaxes.ars(P, 0.3, learning_rate=0.05, top_k=5),
-    "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, elite_size=6, learning_rate=0.7),
-    "open_es": lambda: jaxes.open_es(P, 0.3, learning_rate=0.05),
-}
+STRATEGIES = strategies(
+    P,
+    0.3,
+    pgpe=dict(learning_rate=0.05, sigma_learning_rate=0.1),
+    ars=dict(learning_rate=0.05, top_k=5),
+    sep_cma_es=dict(elite_size=6, learning_rate=0.7),
+    open_es=dict(learning_rate=0.05),
+)
 
 
 def fitness_fn(x):

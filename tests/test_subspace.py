@@ -16,6 +16,12 @@ from jaxes.tasks.functions import function_task
 PARAMS = {"w": jnp.ones((6, 5)), "b": jnp.zeros(5)}
 
 
+def projection_matrix(es, key, d=4096, k=4):
+    """Π (d x k) as ``lift`` applies it: the lifts of the unit vectors from θ₀ = 0."""
+    state = es.init(key, {"w": jnp.zeros(d)})
+    return np.asarray(jax.vmap(lambda e: subspace.lift(state, e)["w"])(jnp.eye(k)), np.float64).T
+
+
 @pytest.mark.parametrize("projection", ["dense", "sparse"])
 def test_projection_columns_have_unit_norm_and_members_are_rebuilt_exactly(projection):
     es = subspace.subspace(jaxes.open_es(8, 0.1, noise="gaussian"), 4, projection)
@@ -23,6 +29,19 @@ def test_projection_columns_have_unit_norm_and_members_are_rebuilt_exactly(proje
     columns = jax.vmap(lambda e: subspace.lift(state, e)["w"])(jnp.eye(4))
     norms = np.linalg.norm(np.asarray(columns), axis=1)
     assert np.all(np.abs(norms - 1) < 0.1), norms
+    # Near-orthonormal: each entry of ΠᵀΠ - I is a sum of d terms of size 1/d (sd √(2/d)).
+    pi = projection_matrix(es, jax.random.key(0))
+    assert np.max(np.abs(pi.T @ pi - np.eye(4))) < 5 / np.sqrt(4096)
+    # Π comes from the key alone: the same key, the same Π; another key, another Π.
+    assert np.array_equal(pi, projection_matrix(es, jax.random.key(0)))
+    assert np.max(np.abs(pi - projection_matrix(es, jax.random.key(1)))) > 0.05
+    if projection == "sparse":
+        # Each row: `nonzeros` (4) entries ±√(k/(d·nonzeros)), summed where columns repeat.
+        units = pi / np.sqrt(4 / (4096 * 4))
+        assert np.array_equal(units, np.round(units))
+        per_row = np.abs(units).sum(1)
+        assert per_row.max() <= 4 and np.all(per_row % 2 == 0), per_row
+        assert np.count_nonzero(pi, axis=1).max() <= 4 and np.count_nonzero(pi) > 4096
     population, state = es.ask(jax.random.key(1), state)
     alone = jax.vmap(lambda i: es.member(state, i))(jnp.arange(8))
     assert bool(jnp.array_equal(population["w"], alone["w"]))
@@ -61,6 +80,17 @@ def test_the_search_lives_in_k_dimensions_and_the_centre_follows():
     residual = flat - basis.T @ jnp.linalg.lstsq(basis.T, flat)[0]
     assert float(jnp.linalg.norm(residual)) < 1e-4 * float(jnp.linalg.norm(flat))
     assert float(f(jaxes.centre(state))) > float(f(theta0)) + 1.0
+    # The same search as plain open_es over z on g(z) = f(θ₀ + Π z), with the same keys.
+    plain = jaxes.open_es(16, 0.1, learning_rate=0.1, noise="gaussian")
+    start = es.init(jax.random.key(0), PARAMS)
+
+    @jax.jit
+    def plain_generation(s, key):
+        population, s = plain.ask(key, s)
+        return plain.tell(s, jax.vmap(lambda z: f(subspace.lift(start, z)))(population))[0], None
+
+    inner, _ = jax.lax.scan(plain_generation, start.inner, jax.random.split(jax.random.key(1), 50))
+    np.testing.assert_allclose(state.inner.params, inner.params, atol=1e-6)
 
 
 def test_subspace_strategy_runs_in_the_runner_and_over_devices(tmp_path):
@@ -69,6 +99,8 @@ def test_subspace_strategy_runs_in_the_runner_and_over_devices(tmp_path):
     single = one_device(task, es).strategy_state
     split = shard_mapped(task, es).strategy_state
     assert max_diff(single.inner.params, split.inner.params) <= 1e-5
+    start = training.init_state(es, task, 0)
+    assert max_diff(single.inner.params, start.strategy_state.inner.params) > 1e-3  # it moved
 
     def train(out, generations, resume=False):
         return training.run(es, task, str(tmp_path / out), generations=generations,
