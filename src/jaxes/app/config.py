@@ -11,30 +11,20 @@ import dataclasses
 import inspect
 import json
 import math
-from collections.abc import Callable
 
 import jax
 
 from jaxes import shaping, trees
 from jaxes import subspace as subspace_lib
 from jaxes.app import presets
-from jaxes.strategies import ars, open_es, pgpe, sep_cma_es, snes
-from jaxes.strategies.common import NOISE_SOURCES
+from jaxes.noise import NOISE_SOURCES
+from jaxes.strategies import STRATEGIES
 from jaxes.tasks import brax as brax_tasks
 from jaxes.tasks.brax import envs as brax_envs
 from jaxes.training import rundir
 from jaxes.training.settings import check_loop, check_stops
 from jaxes.types import Strategy, Task
 
-# The factories ``TrainConfig.strategy`` names; each takes (population_size, sigma,
-# learning_rate=...) with ``learning_rate`` the mean's step size.
-STRATEGIES: dict[str, Callable[..., Strategy]] = {
-    "open_es": open_es,
-    "pgpe": pgpe,
-    "snes": snes,
-    "ars": ars,
-    "sep_cma_es": sep_cma_es,
-}
 LEARNING_RATE_MEANING = (
     "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
 )

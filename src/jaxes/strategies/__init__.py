@@ -1,13 +1,31 @@
-"""Strategy factories; each returns a ``jaxes.Strategy``."""
+"""Strategy factories; each returns a ``jaxes.Strategy``.
+
+``STRATEGIES`` names every factory (the CLI's ``--strategy`` and ``TrainConfig.strategy``
+read it); ``base`` holds the types every strategy shares.
+"""
+
+from collections.abc import Callable
 
 from jaxes.strategies.ars import ARSState, ars
-from jaxes.strategies.common import BestMember, EstimateStats, StrategyInfo, centre
+from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.open_es import OpenESInfo, OpenESState, open_es
 from jaxes.strategies.pgpe import PGPEState, pgpe
 from jaxes.strategies.sep_cma_es import SepCMAState, sep_cma_es
 from jaxes.strategies.snes import SNESState, snes
+from jaxes.types import Strategy
+
+# The factories by name; each takes (population_size, sigma, learning_rate=...) with
+# ``learning_rate`` the mean's step size.
+STRATEGIES: dict[str, Callable[..., Strategy]] = {
+    "open_es": open_es,
+    "pgpe": pgpe,
+    "snes": snes,
+    "ars": ars,
+    "sep_cma_es": sep_cma_es,
+}
 
 __all__ = [
+    "STRATEGIES",
     "ARSState",
     "BestMember",
     "EstimateStats",

@@ -21,11 +21,20 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int
-from jaxes.strategies import common
+from jaxes.checks import check_int, check_positive
+from jaxes.strategies._settings import (
+    NoiseSettings,
+    check_optimizer,
+    check_population_size,
+    sigma_schedule,
+)
+from jaxes.strategies._spec import Estimate, StrategySpec, build
+from jaxes.strategies._state import scalar_dtype
+from jaxes.strategies._tell import optimizer_step
+from jaxes.strategies.base import BestMember, EstimateStats
 from jaxes.types import Params, Strategy
 
 
@@ -51,7 +60,7 @@ class ARSState(NamedTuple):
     pending: jax.Array
     fitness: jax.Array
     best_fitness: jax.Array
-    best: common.BestMember
+    best: BestMember
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
@@ -115,61 +124,50 @@ def ars(
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """
-    p = common.check_population_size(population_size, antithetic=True)
-    nu_at = common.sigma_schedule(sigma, sigma_floor)
+    p = check_population_size(population_size, antithetic=True)
+    nu_at = sigma_schedule(sigma, sigma_floor)
     # ARS keeps b of the P/2 directions.
     b = p // 2 if top_k is None else check_int("top_k", top_k, 1, p // 2)
-    optimizer = common.check_optimizer(
-        optimizer, lambda: optax.sgd(common.check_positive("learning_rate", learning_rate))
-    )
-    perturbations = common.make_perturbations(
-        noise,
-        noise_table_size,
-        p,
-        True,
-        noise_batch_size,
-        memory_budget,
-        noise_rank,
+    optimizer = check_optimizer(
+        optimizer, lambda: optax.sgd(check_positive("learning_rate", learning_rate))
     )
 
-    def init(key: jax.Array, params: Params) -> ARSState:
-        fields = common.common_fields(
-            perturbations, key, params, nu_at(0, common.init_dtype(params)), track_best
-        )
-        return ARSState(opt_state=optimizer.init(fields["params"]), **fields)
+    def nu_of(state: ARSState) -> jax.Array:
+        return nu_at(state.generation, scalar_dtype(state))
 
-    def estimate(state: ARSState, fitness):
+    def init(master: Params):
+        return {"opt_state": optimizer.init(master)}, nu_at(0, trees.state_dtype(master))
+
+    def estimate(state: ARSState, fitness, moments_of) -> Estimate:
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
-        common.check_state(state, ARSState, "ars", p)
-        fitness = common.check_fitness(fitness, p)
-        nu = nu_at(state.generation, common.scalar_dtype(state))
+        nu = nu_of(state)
         weights, reward_std = top_directions(fitness, b)
         mass = centroid.masses(weights)
-        moments = common.population_moments(perturbations, state, mass, nu)
+        moments = moments_of(mass)
         scale = moments.total_mass / (b * jnp.where(reward_std > 0, reward_std, 1.0) * nu)
         direction = jax.tree.map(
             lambda com, c: scale * (com - c),
             centroid.centre_of_mass(moments),
             centroid.plain_centroid(moments),
         )
-        return direction, common.EstimateStats(weights, mass, moments, nu)
+        return Estimate(direction, EstimateStats(weights, mass, moments, nu))
 
-    def tell(state: ARSState, fitness):
-        direction, stats = estimate(state, fitness)
+    def update(state: ARSState, est: Estimate):
+        step, opt_state = optimizer_step(optimizer, state, est.direction)
+        return step, {"opt_state": opt_state}
 
-        def update():
-            step, opt_state = common.optimizer_step(optimizer, state, direction)
-            return step, {"opt_state": opt_state}
-
-        return common.finish_tell(state, fitness, stats.moments, stats.sigma, stats.sigma, update)
-
-    return common.make_strategy(
-        perturbations,
-        ARSState,
-        "ars",
-        lambda state: nu_at(state.generation, common.scalar_dtype(state)),
-        init,
-        tell,
-        estimate,
+    spec = StrategySpec(
+        name="ars",
+        state_type=ARSState,
+        population_size=p,
+        antithetic=True,
         rank_based=False,  # reward differences scaled by their spread
+        scale=nu_of,
+        init=init,
+        estimate=estimate,
+        update=update,
     )
+    noise_settings = NoiseSettings(
+        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
+    )
+    return build(spec, noise_settings, track_best)

@@ -7,10 +7,21 @@ from typing import NamedTuple
 import jax
 import optax
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.strategies import common
+from jaxes.checks import check_positive
+from jaxes.strategies._settings import (
+    NoiseSettings,
+    check_optimizer,
+    check_population_size,
+    is_rank_shaping,
+    sigma_schedule,
+)
+from jaxes.strategies._spec import Estimate, StrategySpec, build
+from jaxes.strategies._state import scalar_dtype
+from jaxes.strategies._tell import optimizer_step
+from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo
 from jaxes.types import Params, Strategy
 
 
@@ -39,13 +50,10 @@ class OpenESState(NamedTuple):
     pending: jax.Array
     fitness: jax.Array
     best_fitness: jax.Array
-    best: common.BestMember
+    best: BestMember
 
 
-OpenESInfo = common.StrategyInfo  # the same diagnostics as every strategy
-
-
-EstimateStats = common.EstimateStats
+OpenESInfo = StrategyInfo  # the same diagnostics as every strategy
 
 
 def open_es(
@@ -118,56 +126,45 @@ def open_es(
       >>> bool(jnp.sum(state.params["x"] ** 2) < 3.0), bool(info.applied)
       (True, True)
     """
-    p = common.check_population_size(population_size, antithetic)
-    sigma_at = common.sigma_schedule(sigma, sigma_floor)
-    l2 = common.check_positive("l2_coeff", l2_coeff, allow_zero=True)
-    optimizer = common.check_optimizer(
-        optimizer, lambda: optax.adam(common.check_positive("learning_rate", learning_rate))
+    p = check_population_size(population_size, antithetic)
+    sigma_at = sigma_schedule(sigma, sigma_floor)
+    l2 = check_positive("l2_coeff", l2_coeff, allow_zero=True)
+    optimizer = check_optimizer(
+        optimizer, lambda: optax.adam(check_positive("learning_rate", learning_rate))
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
-    perturbations = common.make_perturbations(
-        noise,
-        noise_table_size,
-        p,
-        antithetic,
-        noise_batch_size,
-        memory_budget,
-        noise_rank,
-    )
 
-    def init(key: jax.Array, params: Params) -> OpenESState:
-        fields = common.common_fields(
-            perturbations, key, params, sigma_at(0, common.init_dtype(params)), track_best
-        )
-        return OpenESState(opt_state=optimizer.init(fields["params"]), **fields)
+    def scale(state: OpenESState) -> jax.Array:
+        return sigma_at(state.generation, scalar_dtype(state))
 
-    def estimate(state: OpenESState, fitness):
-        common.check_state(state, OpenESState, "open_es", p)
-        fitness = common.check_fitness(fitness, p)
-        sig = sigma_at(state.generation, common.scalar_dtype(state))
+    def init(master: Params):
+        return {"opt_state": optimizer.init(master)}, sigma_at(0, trees.state_dtype(master))
+
+    def estimate(state: OpenESState, fitness, moments_of) -> Estimate:
+        sig = scale(state)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(perturbations, state, mass, sig)
+        moments = moments_of(mass)
         direction = centroid.displacement_update(moments, sig)
-        return direction, common.EstimateStats(weights, mass, moments, sig)
+        return Estimate(direction, EstimateStats(weights, mass, moments, sig))
 
-    def tell(state: OpenESState, fitness):
-        direction, stats = estimate(state, fitness)
+    def update(state: OpenESState, est: Estimate):
+        ascent = jax.tree.map(lambda g, x: g - l2 * x, est.direction, state.params)
+        step, opt_state = optimizer_step(optimizer, state, ascent)
+        return step, {"opt_state": opt_state}
 
-        def update():
-            ascent = jax.tree.map(lambda g, x: g - l2 * x, direction, state.params)
-            step, opt_state = common.optimizer_step(optimizer, state, ascent)
-            return step, {"opt_state": opt_state}
-
-        return common.finish_tell(state, fitness, stats.moments, stats.sigma, stats.sigma, update)
-
-    return common.make_strategy(
-        perturbations,
-        OpenESState,
-        "open_es",
-        lambda state: sigma_at(state.generation, common.scalar_dtype(state)),
-        init,
-        tell,
-        estimate,
-        common.is_rank_shaping(fitness_shaping),
+    spec = StrategySpec(
+        name="open_es",
+        state_type=OpenESState,
+        population_size=p,
+        antithetic=antithetic,
+        rank_based=is_rank_shaping(fitness_shaping),
+        scale=scale,
+        init=init,
+        estimate=estimate,
+        update=update,
     )
+    noise_settings = NoiseSettings(
+        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
+    )
+    return build(spec, noise_settings, track_best)

@@ -21,8 +21,20 @@ import optax
 from jaxes import centroid, optim
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_below
-from jaxes.strategies import common
+from jaxes.checks import check_below, check_positive
+from jaxes.strategies._settings import (
+    NoiseSettings,
+    check_fixed_sigma,
+    check_optimizer,
+    check_population_size,
+    check_sigma,
+    is_rank_shaping,
+    is_zero,
+    per_coordinate,
+)
+from jaxes.strategies._spec import Estimate, StrategySpec, build
+from jaxes.strategies._tell import optimizer_step
+from jaxes.strategies.base import BestMember, EstimateStats
 from jaxes.types import Params, Strategy
 
 
@@ -50,7 +62,7 @@ class PGPEState(NamedTuple):
     pending: jax.Array
     fitness: jax.Array
     best_fitness: jax.Array
-    best: common.BestMember
+    best: BestMember
 
 
 def pgpe(
@@ -98,82 +110,63 @@ def pgpe(
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """
-    p = common.check_population_size(population_size, antithetic=True)
-    sigma_lr = common.check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
-    adapts_sigma = not common.is_zero(sigma_lr)
-    max_change = common.check_positive("sigma_max_change", sigma_max_change)
+    p = check_population_size(population_size, antithetic=True)
+    sigma_lr = check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
+    adapts_sigma = not is_zero(sigma_lr)
+    max_change = check_positive("sigma_max_change", sigma_max_change)
     check_below("sigma_max_change", max_change, 1.0, "(0, 1)")
-    common.check_fixed_sigma(sigma, "pgpe")
-    common.check_sigma(sigma)
-    optimizer = common.check_optimizer(
+    check_fixed_sigma(sigma, "pgpe")
+    check_sigma(sigma)
+    optimizer = check_optimizer(
         optimizer,
-        lambda: optim.clipup(
-            common.check_positive("learning_rate", learning_rate),
-            max_speed,
-            momentum,
-        ),
+        lambda: optim.clipup(check_positive("learning_rate", learning_rate), max_speed, momentum),
     )
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
-    perturbations = common.make_perturbations(
-        noise,
-        noise_table_size,
-        p,
-        True,
-        noise_batch_size,
-        memory_budget,
-        noise_rank,
-        gaussian_term=(
-            "pgpe's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
-            if adapts_sigma
-            else None
-        ),
-    )
 
-    def init(key: jax.Array, params: Params) -> PGPEState:
-        master = common.master_params(params)
-        sigmas = common.per_coordinate(sigma, master)
-        fields = common.common_fields(perturbations, key, params, sigmas, track_best)
-        return PGPEState(sigma=sigmas, opt_state=optimizer.init(fields["params"]), **fields)
+    def init(master: Params):
+        sigmas = per_coordinate(sigma, master)
+        return {"sigma": sigmas, "opt_state": optimizer.init(master)}, sigmas
 
-    def estimate(state: PGPEState, fitness):
+    def estimate(state: PGPEState, fitness, moments_of) -> Estimate:
         """Ascent direction of the mean, ``m̄ (M - c)``."""
-        common.check_state(state, PGPEState, "pgpe", p)
-        fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations, state, mass, state.sigma, squares=adapts_sigma
-        )
+        moments = moments_of(mass, squares=adapts_sigma)
         mean_mass = moments.total_mass / p
         direction = jax.tree.map(
             lambda com, c: mean_mass * (com - c),
             centroid.centre_of_mass(moments),
             centroid.plain_centroid(moments),
         )
-        return direction, common.EstimateStats(weights, mass, moments, state.sigma)
+        return Estimate(direction, EstimateStats(weights, mass, moments, state.sigma))
 
-    def tell(state: PGPEState, fitness):
-        direction, stats = estimate(state, fitness)
+    def update(state: PGPEState, est: Estimate):
+        step, opt_state = optimizer_step(optimizer, state, est.direction)
+        changes = {"opt_state": opt_state}
+        if adapts_sigma:
+            changes["sigma"] = sigma_update(est.stats.moments, state.sigma, sigma_lr, max_change)
+        return step, changes
 
-        def update():
-            step, opt_state = common.optimizer_step(optimizer, state, direction)
-            changes = {"opt_state": opt_state}
-            if adapts_sigma:
-                changes["sigma"] = sigma_update(stats.moments, state.sigma, sigma_lr, max_change)
-            return step, changes
-
-        return common.finish_tell(state, fitness, stats.moments, state.sigma, state.sigma, update)
-
-    return common.make_strategy(
-        perturbations,
-        PGPEState,
-        "pgpe",
-        lambda state: state.sigma,
-        init,
-        tell,
-        estimate,
-        common.is_rank_shaping(fitness_shaping),
+    spec = StrategySpec(
+        name="pgpe",
+        state_type=PGPEState,
+        population_size=p,
+        antithetic=True,
+        rank_based=is_rank_shaping(fitness_shaping),
+        scale=lambda state: state.sigma,
+        init=init,
+        estimate=estimate,
+        update=update,
+        gaussian_term=(
+            "pgpe's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+            if adapts_sigma
+            else None
+        ),
     )
+    noise_settings = NoiseSettings(
+        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
+    )
+    return build(spec, noise_settings, track_best)
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:

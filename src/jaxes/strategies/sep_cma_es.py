@@ -23,8 +23,16 @@ import jax.numpy as jnp
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int
-from jaxes.strategies import common
+from jaxes.checks import check_int, check_positive
+from jaxes.strategies._settings import (
+    NoiseSettings,
+    check_fixed_sigma,
+    check_population_size,
+    default_sigma_floor,
+    per_coordinate,
+)
+from jaxes.strategies._spec import Estimate, StrategySpec, build
+from jaxes.strategies.base import BestMember, EstimateStats
 from jaxes.types import Params, Strategy
 
 
@@ -56,7 +64,7 @@ class SepCMAState(NamedTuple):
     pending: jax.Array
     fitness: jax.Array
     best_fitness: jax.Array
-    best: common.BestMember
+    best: BestMember
 
 
 class CMAConstants(NamedTuple):
@@ -132,127 +140,123 @@ def sep_cma_es(
       >>> bool(jnp.sum(state.params**2) < 3.0)
       True
     """
-    p = common.check_population_size(population_size, antithetic=False)
+    p = check_population_size(population_size, antithetic=False)
     mu = p // 2 if elite_size is None else check_int("elite_size", elite_size, 1, p)
-    common.check_fixed_sigma(sigma, "sep_cma_es")
-    sigma0 = common.check_positive("sigma", sigma)
+    check_fixed_sigma(sigma, "sep_cma_es")
+    sigma0 = check_positive("sigma", sigma)
     if sigma_floor is not None:
-        common.check_positive("sigma_floor", sigma_floor)
-    c_m = common.check_positive("learning_rate", learning_rate)
+        check_positive("sigma_floor", sigma_floor)
+    c_m = check_positive("learning_rate", learning_rate)
     weights_of = shaping_lib.recombination_weights(mu)
-    perturbations = common.make_perturbations(
-        noise,
-        noise_table_size,
-        p,
-        False,
-        noise_batch_size,
-        memory_budget,
-        noise_rank,
+
+    def init(master: Params):
+        own = {
+            "sigma": jnp.asarray(sigma0, trees.state_dtype(master)),
+            "variances": per_coordinate(1.0, master),
+            "path_sigma": per_coordinate(0.0, master),
+            "path_c": per_coordinate(0.0, master),
+        }
+        return own, per_coordinate(sigma0, master)  # σ D with C = I at the start
+
+    def estimate(state: SepCMAState, fitness, moments_of) -> Estimate:
+        """The recombination displacement ``M - m`` (the mean's step is ``c_m`` times it); the
+        update reads the moments of ``y_i = δ_i / σ`` (displacements in units of σ)."""
+        weights = weights_of(fitness)
+        # The recombination weights are non-negative, zero for the rest: the masses themselves.
+        y_moments = centroid.scale_moments(moments_of(weights, squares=True), 1.0 / state.sigma)
+        moments = centroid.scale_moments(y_moments, state.sigma)
+        stats = EstimateStats(weights, weights, moments, member_scale(state))
+        return Estimate(centroid.centre_of_mass(moments), stats, aux=y_moments)
+
+    def update(state: SepCMAState, est: Estimate):
+        return sep_cma_update(state, est.aux, mu, c_m, sigma_floor)
+
+    spec = StrategySpec(
+        name="sep_cma_es",
+        state_type=SepCMAState,
+        population_size=p,
+        antithetic=False,
+        rank_based=True,  # recombination weights by rank
+        scale=member_scale,
+        init=init,
+        estimate=estimate,
+        update=update,
         gaussian_term="sep_cma_es's covariance and step-size adaptation",
     )
-
-    def scale(state: SepCMAState) -> Params:
-        """Per-coordinate ``σ D``: member ``i`` is ``m + σ D ⊙ z_i``."""
-        return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
-
-    def init(key: jax.Array, params: Params) -> SepCMAState:
-        master = common.master_params(params)
-        # σ D with C = I at the start.
-        fields = common.common_fields(
-            perturbations, key, params, common.per_coordinate(sigma0, master), track_best
-        )
-        return SepCMAState(
-            sigma=jnp.asarray(sigma0, common.init_dtype(params)),
-            variances=common.per_coordinate(1.0, master),
-            path_sigma=common.per_coordinate(0.0, master),
-            path_c=common.per_coordinate(0.0, master),
-            **fields,
-        )
-
-    def weigh(state: SepCMAState, fitness):
-        """Recombination weights and the moments of ``y_i = δ_i / σ`` (displacements in units
-        of σ)."""
-        common.check_state(state, SepCMAState, "sep_cma_es", p)
-        weights = weights_of(common.check_fitness(fitness, p))
-        # The recombination weights are non-negative, zero for the rest: the masses themselves.
-        moments = common.population_moments(perturbations, state, weights, scale(state), True)
-        return weights, centroid.scale_moments(moments, 1.0 / state.sigma)
-
-    def estimate(state: SepCMAState, fitness):
-        """The recombination displacement ``M - m`` (the mean's step is ``c_m`` times it)."""
-        weights, y_moments = weigh(state, fitness)
-        moments = centroid.scale_moments(y_moments, state.sigma)
-        return centroid.centre_of_mass(moments), common.EstimateStats(
-            weights, weights, moments, scale(state)
-        )
-
-    def tell(state: SepCMAState, fitness):
-        _, y_moments = weigh(state, fitness)
-        moments = centroid.scale_moments(y_moments, state.sigma)
-
-        def update():
-            n = trees.num_params(state.params)
-            k = cma_constants(n, mu)
-            # y_w = (M - m)/σ = Σ w_i y_i and z_w = y_w / D.
-            y_w = centroid.centre_of_mass(y_moments)
-            step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
-            z_w = jax.tree.map(
-                lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
-                y_w,
-                state.variances,
-            )
-            path_sigma = jax.tree.map(
-                lambda ps, z: (
-                    (1 - k.c_sigma) * ps + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * z
-                ),
-                state.path_sigma,
-                z_w,
-            )
-            ps_norm = centroid.tree_norm(path_sigma)
-            dtype = state.sigma.dtype
-            g = state.generation.astype(dtype) + 1.0
-            h_sigma = (
-                ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g))
-                < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
-            ).astype(dtype)
-            path_c = jax.tree.map(
-                lambda pc, y: (
-                    (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y
-                ),
-                state.path_c,
-                y_w,
-            )
-            # The rank-μ term Σ w_i y_i² is the mass-weighted spread (in units of σ).
-            variances = jax.tree.map(
-                lambda c, pc, r: (
-                    (1 - k.c_1 - k.c_mu) * c
-                    + k.c_1 * (jnp.square(pc) + (1 - h_sigma) * k.c_c * (2 - k.c_c) * c)
-                    + k.c_mu * r
-                ),
-                state.variances,
-                path_c,
-                centroid.mass_spread(y_moments),
-            )
-            sigma = state.sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
-            floor = common.default_sigma_floor(dtype) if sigma_floor is None else sigma_floor
-            sigma = jnp.maximum(sigma, jnp.asarray(floor, dtype)).astype(dtype)
-            changes = {
-                "sigma": sigma,
-                "variances": variances,
-                "path_sigma": path_sigma,
-                "path_c": path_c,
-            }
-            return step, changes
-
-        return common.finish_tell(state, fitness, moments, scale(state), scale(state), update)
-
-    return common.make_strategy(
-        perturbations,
-        SepCMAState,
-        "sep_cma_es",
-        scale,
-        init,
-        tell,
-        estimate,
-        rank_based=True,  # recombination weights by rank
+    noise_settings = NoiseSettings(
+        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
     )
+    return build(spec, noise_settings, track_best)
+
+
+def member_scale(state: SepCMAState) -> Params:
+    """Per-coordinate ``σ D``: member ``i`` is ``m + σ D ⊙ z_i``."""
+    return jax.tree.map(lambda c: state.sigma * jnp.sqrt(c), state.variances)
+
+
+def sep_cma_update(state: SepCMAState, y_moments, mu: int, c_m, sigma_floor):
+    """The mean's step and the new ``σ``, ``C`` and paths, from the moments of ``y_i = δ_i/σ``
+    (``tell`` runs it only when the fitness carries a ranking)."""
+    n = trees.num_params(state.params)
+    k = cma_constants(n, mu)
+    # y_w = (M - m)/σ = Σ w_i y_i.
+    y_w = centroid.centre_of_mass(y_moments)
+    step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
+    path_sigma = conjugate_path(state.path_sigma, y_w, state.variances, k)
+    ps_norm = centroid.tree_norm(path_sigma)
+    h_sigma = stall_indicator(ps_norm, state.generation, n, k, state.sigma.dtype)
+    path_c = jax.tree.map(
+        lambda pc, y: (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y,
+        state.path_c,
+        y_w,
+    )
+    # The rank-μ term Σ w_i y_i² is the mass-weighted spread (in units of σ).
+    variances = jax.tree.map(
+        lambda c, pc, r: (
+            (1 - k.c_1 - k.c_mu) * c
+            + k.c_1 * (jnp.square(pc) + (1 - h_sigma) * k.c_c * (2 - k.c_c) * c)
+            + k.c_mu * r
+        ),
+        state.variances,
+        path_c,
+        centroid.mass_spread(y_moments),
+    )
+    changes = {
+        "sigma": step_size(state.sigma, ps_norm, k, sigma_floor),
+        "variances": variances,
+        "path_sigma": path_sigma,
+        "path_c": path_c,
+    }
+    return step, changes
+
+
+def conjugate_path(path_sigma: Params, y_w: Params, variances: Params, k: CMAConstants):
+    """``p_σ``'s next value, from ``z_w = y_w / D`` (0 where a variance is 0)."""
+    z_w = jax.tree.map(
+        lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
+        y_w,
+        variances,
+    )
+    return jax.tree.map(
+        lambda ps, z: (1 - k.c_sigma) * ps + math.sqrt(k.c_sigma * (2 - k.c_sigma) * k.mu_eff) * z,
+        path_sigma,
+        z_w,
+    )
+
+
+def stall_indicator(ps_norm, generation, n: int, k: CMAConstants, dtype) -> jax.Array:
+    """``h_σ``: 1 while ``‖p_σ‖`` (bias-corrected) is not too long, else 0, which stalls
+    ``p_c`` so that a fast σ increase does not stretch ``C`` too."""
+    g = generation.astype(dtype) + 1.0
+    return (
+        ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g)) < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
+    ).astype(dtype)
+
+
+def step_size(sigma, ps_norm, k: CMAConstants, sigma_floor):
+    """Cumulative step-size adaptation: σ grows when ``‖p_σ‖`` is longer than expected under
+    random selection (``χ_n``), shrinks when shorter; never below the floor."""
+    dtype = sigma.dtype
+    sigma = sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
+    floor = default_sigma_floor(dtype) if sigma_floor is None else sigma_floor
+    return jnp.maximum(sigma, jnp.asarray(floor, dtype)).astype(dtype)

@@ -23,7 +23,18 @@ import jax.numpy as jnp
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
-from jaxes.strategies import common
+from jaxes.checks import check_positive
+from jaxes.strategies._settings import (
+    NoiseSettings,
+    check_fixed_sigma,
+    check_population_size,
+    check_sigma,
+    is_rank_shaping,
+    is_zero,
+    per_coordinate,
+)
+from jaxes.strategies._spec import Estimate, StrategySpec, build
+from jaxes.strategies.base import BestMember, EstimateStats
 from jaxes.types import Params, Strategy
 
 
@@ -49,7 +60,7 @@ class SNESState(NamedTuple):
     pending: jax.Array
     fitness: jax.Array
     best_fitness: jax.Array
-    best: common.BestMember
+    best: BestMember
 
 
 def default_sigma_learning_rate(num_params: int) -> float:
@@ -101,77 +112,63 @@ def snes(
       >>> bool(jnp.sum(state.params**2) < 12.0)
       True
     """
-    p = common.check_population_size(population_size, antithetic)
-    eta_mu = common.check_positive("learning_rate", learning_rate)
+    p = check_population_size(population_size, antithetic)
+    eta_mu = check_positive("learning_rate", learning_rate)
     if sigma_learning_rate is not None:
-        common.check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
-    adapts_sigma = not common.is_zero(sigma_learning_rate)
-    common.check_fixed_sigma(sigma, "snes")
-    common.check_sigma(sigma)
+        check_positive("sigma_learning_rate", sigma_learning_rate, allow_zero=True)
+    adapts_sigma = not is_zero(sigma_learning_rate)
+    check_fixed_sigma(sigma, "snes")
+    check_sigma(sigma)
     shape_fitness = shaping_lib.get_shaping(fitness_shaping)
-    perturbations = common.make_perturbations(
-        noise,
-        noise_table_size,
-        p,
-        antithetic,
-        noise_batch_size,
-        memory_budget,
-        noise_rank,
-        gaussian_term=(
-            "snes's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
-            if adapts_sigma
-            else None
-        ),
-    )
 
     def eta_sigma(params) -> float:
         if sigma_learning_rate is not None:
             return sigma_learning_rate
         return default_sigma_learning_rate(trees.num_params(params))
 
-    def init(key: jax.Array, params: Params) -> SNESState:
-        master = common.master_params(params)
-        sigmas = common.per_coordinate(sigma, master)
-        fields = common.common_fields(perturbations, key, params, sigmas, track_best)
-        return SNESState(sigma=sigmas, **fields)
+    def init(master: Params):
+        sigmas = per_coordinate(sigma, master)
+        return {"sigma": sigmas}, sigmas
 
-    def estimate(state: SNESState, fitness):
+    def estimate(state: SNESState, fitness, moments_of) -> Estimate:
         """The mean's natural-gradient direction ``P m̄ (M - c)`` (the step is ``η_μ`` times it)."""
-        common.check_state(state, SNESState, "snes", p)
-        fitness = common.check_fitness(fitness, p)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = common.population_moments(
-            perturbations, state, mass, state.sigma, squares=adapts_sigma
-        )
+        moments = moments_of(mass, squares=adapts_sigma)
         direction = jax.tree.map(
             lambda com, c: moments.total_mass * (com - c),
             centroid.centre_of_mass(moments),
             centroid.plain_centroid(moments),
         )
-        return direction, common.EstimateStats(weights, mass, moments, state.sigma)
+        return Estimate(direction, EstimateStats(weights, mass, moments, state.sigma))
 
-    def tell(state: SNESState, fitness):
-        direction, stats = estimate(state, fitness)
+    def update(state: SNESState, est: Estimate):
+        changes = {}
+        if adapts_sigma:
+            eta = eta_sigma(state.params)
+            changes["sigma"] = sigma_update(est.stats.moments, state.sigma, eta)
+        return jax.tree.map(lambda d: eta_mu * d, est.direction), changes
 
-        def update():
-            changes = {}
-            if adapts_sigma:
-                changes["sigma"] = sigma_update(stats.moments, state.sigma, eta_sigma(state.params))
-            return jax.tree.map(lambda d: eta_mu * d, direction), changes
-
-        return common.finish_tell(state, fitness, stats.moments, state.sigma, state.sigma, update)
-
-    return common.make_strategy(
-        perturbations,
-        SNESState,
-        "snes",
-        lambda state: state.sigma,
-        init,
-        tell,
-        estimate,
-        common.is_rank_shaping(fitness_shaping),
+    spec = StrategySpec(
+        name="snes",
+        state_type=SNESState,
+        population_size=p,
+        antithetic=antithetic,
+        rank_based=is_rank_shaping(fitness_shaping),
+        scale=lambda state: state.sigma,
+        init=init,
+        estimate=estimate,
+        update=update,
+        gaussian_term=(
+            "snes's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+            if adapts_sigma
+            else None
+        ),
     )
+    noise_settings = NoiseSettings(
+        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
+    )
+    return build(spec, noise_settings, track_best)
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:

@@ -1,0 +1,242 @@
+"""Checks of a factory's settings, turned into what the strategy closes over (internal).
+
+Every check runs when the factory is called, so a bad setting fails before anything is
+traced, with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxes import noise as noise_lib
+from jaxes import shaping as shaping_lib
+from jaxes import trees
+from jaxes.checks import check_int, check_positive, is_traced
+from jaxes.noise import NOISE_SOURCES, lowrank
+
+Schedule = Callable[[jax.Array], jax.Array]
+
+
+# σ's floor for float32 states; a wider dtype's floor is as much finer as its resolution.
+DEFAULT_SIGMA_FLOOR = 1e-8
+
+
+def default_sigma_floor(dtype) -> float:
+    """``1e-8`` for float32, scaled by the dtype's resolution (about ``1.9e-17`` for float64),
+    so a float64 run can shrink σ as far as its precision allows.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> default_sigma_floor(jnp.float32), f"{default_sigma_floor(jnp.float64):.2g}"
+      (1e-08, '1.9e-17')
+    """
+    ratio = float(np.finfo(dtype).eps) / float(np.finfo(np.float32).eps)
+    return DEFAULT_SIGMA_FLOOR * ratio
+
+
+def check_population_size(population_size, antithetic: bool) -> int:
+    """``P`` must be a static int >= 2, and even with antithetic pairs (a pair is ``±ε``;
+    strategies that sample independent members, such as snes and sep_cma_es by default,
+    take any ``P >= 2``)."""
+    p = check_int("population_size", population_size, 2)
+    if antithetic and p % 2:
+        raise ValueError(
+            f"population_size: antithetic pairs need an even population, got {p}; "
+            f"use {p - 1} or {p + 1}, or antithetic=False"
+        )
+    return p
+
+
+def sigma_schedule(sigma, sigma_floor=None) -> Schedule:
+    """σ as a function of the generation (and the state's dtype, float32 by default): a
+    constant > 0 (possibly a traced scalar) or an optax schedule, never below ``sigma_floor``
+    (> 0, so a schedule that reaches 0, or returns NaN, gives the floor instead of NaN
+    parameters; ``None`` is ``default_sigma_floor`` of the dtype).
+
+    Example:
+      >>> import optax
+      >>> s = sigma_schedule(optax.exponential_decay(0.1, 1, 0.5), sigma_floor=0.02)
+      >>> [round(float(s(t)), 3) for t in (0, 1, 5)]
+      [0.1, 0.05, 0.02]
+      >>> round(float(sigma_schedule(optax.linear_schedule(0.1, 0.0, 10))(20)), 12)  # floor
+      1e-08
+    """
+    floor = None if sigma_floor is None else check_positive("sigma_floor", sigma_floor)
+
+    def floored(value, dtype):
+        value = jnp.asarray(value, dtype)
+        low = jnp.asarray(default_sigma_floor(dtype) if floor is None else floor, dtype)
+        return jnp.where(value > low, value, low)
+
+    if callable(sigma):
+        return lambda generation, dtype=jnp.float32: floored(sigma(generation), dtype)
+    value = check_positive("sigma", sigma)
+    return lambda generation, dtype=jnp.float32: floored(value, dtype)
+
+
+def check_fixed_sigma(sigma, strategy: str) -> None:
+    """Strategies that adapt σ themselves cannot also follow a schedule."""
+    if callable(sigma):
+        raise ValueError(
+            f"sigma: {strategy} adapts σ itself, so σ cannot be a schedule; pass its initial "
+            "value (a number > 0, or a pytree of them)"
+        )
+
+
+def is_zero(value) -> bool:
+    """Whether a setting is a concrete 0 (a traced value might not be, so it is not)."""
+    return value is not None and not is_traced(value) and value == 0
+
+
+def check_sigma(sigma) -> None:
+    """A per-coordinate σ: a number > 0 (possibly traced), or a pytree whose every entry is a
+    finite number > 0."""
+    leaves = jax.tree.leaves(sigma)
+    if not leaves:
+        raise ValueError("sigma: expected a number > 0 or a pytree of them, got an empty pytree")
+    if len(leaves) == 1 and jnp.ndim(leaves[0]) == 0 and not isinstance(leaves[0], str):
+        check_positive("sigma", leaves[0])
+        return
+    for leaf in leaves:
+        if isinstance(leaf, str | bytes) or not (
+            isinstance(leaf, numbers.Real | np.ndarray | jax.Array)
+            and jnp.issubdtype(jnp.result_type(leaf), jnp.number)
+        ):
+            raise ValueError(f"sigma: expected numbers > 0, got {leaf!r}")
+        if isinstance(leaf, jax.core.Tracer):
+            continue
+        values = np.asarray(leaf, np.float64)
+        if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+            raise ValueError("sigma: every entry must be finite and > 0")
+
+
+def per_coordinate(value, params, name: str = "sigma"):
+    """A pytree like ``params`` (master params: float32 or float64) holding ``value`` (a
+    scalar or such a pytree, whose leaves broadcast to the params' shapes) in each leaf's
+    dtype; anything else is a ``ValueError`` naming ``name``."""
+    single = jax.tree_util.treedef_is_leaf(jax.tree.structure(value))
+    if not (single and jnp.ndim(value) == 0):
+        if jax.tree.structure(value) != jax.tree.structure(params):
+            raise ValueError(
+                f"{name}: expected a number or a pytree like the params "
+                f"({jax.tree.structure(params)}), got {jax.tree.structure(value)}"
+            )
+        for (path, v), x in zip(
+            jax.tree_util.tree_leaves_with_path(value), jax.tree.leaves(params), strict=True
+        ):
+            try:
+                fits = jnp.broadcast_shapes(jnp.shape(v), jnp.shape(x)) == jnp.shape(x)
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"{name}: leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(v)}, which "
+                    f"does not broadcast to the params' {jnp.shape(x)}"
+                )
+    return jax.tree.map(
+        lambda v, x: jnp.broadcast_to(jnp.asarray(v, x.dtype), jnp.shape(x)),
+        trees.broadcast_like(value, params),
+        params,
+    )
+
+
+def check_optimizer(optimizer, default: Callable[[], optax.GradientTransformation]):
+    """``optimizer``, or ``default()`` when it is ``None``; anything else must be optax's."""
+    if optimizer is None:
+        return default()
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(
+            f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
+        )
+    return optimizer
+
+
+def is_rank_shaping(fitness_shaping) -> bool | None:
+    """Whether a ``fitness_shaping`` setting depends on fitness only through ranks (``None``
+    for a callable, which jaxes cannot inspect).
+
+    Example:
+      >>> is_rank_shaping("centered_rank"), is_rank_shaping("z_score"), is_rank_shaping(abs)
+      (True, False, None)
+    """
+    if callable(fitness_shaping):
+        return None
+    return fitness_shaping in shaping_lib.RANK_SHAPINGS
+
+
+class NoiseSettings(NamedTuple):
+    """The noise keywords every factory takes (their meaning: ``jaxes.open_es``'s docstring).
+
+    Attributes:
+      noise: ``"auto"``, ``"table"``, ``"gaussian"`` or ``"lowrank"``.
+      noise_table_size: floats in the table (``None``: sized to the problem).
+      noise_rank: the rank of ``"lowrank"`` perturbations.
+      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as the budget fits).
+      memory_budget: bytes in flight at once (``None``: 64 MiB).
+    """
+
+    noise: str = "auto"
+    noise_table_size: int | None = None
+    noise_rank: int = 1
+    noise_batch_size: int | None = None
+    memory_budget: int | None = None
+
+
+def check_batch_size(batch_size) -> int | None:
+    """``None`` or an int >= 1."""
+    return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
+
+
+def noise_source(settings: NoiseSettings, bases: int) -> noise_lib.NoiseSource:
+    """The source ``settings.noise`` names, for a population of ``bases`` base perturbations."""
+    noise, table_size = settings.noise, settings.noise_table_size
+    if noise == "auto" and table_size is None:
+        return noise_lib.auto(None, bases)
+    if noise in ("auto", "table"):  # a table size given is a table asked for
+        return noise_lib.noise_table(table_size, bases)
+    if noise == "gaussian":
+        return noise_lib.gaussian()
+    if noise == "lowrank":
+        return lowrank.lowrank(settings.noise_rank)
+    raise ValueError(f"noise: unknown source {noise!r}; allowed: {list(NOISE_SOURCES)}")
+
+
+def make_perturbations(
+    settings: NoiseSettings,
+    population_size: int,
+    antithetic: bool,
+    gaussian_term: str | None = None,
+) -> noise_lib.Perturbations:
+    """The static perturbation recipe a strategy's noise settings describe.
+
+    ``gaussian_term`` names the strategy's term that holds only for Gaussian ``ε`` (a σ or
+    covariance update), if it has one switched on: a non-Gaussian source is then refused.
+
+    Example:
+      >>> make_perturbations(NoiseSettings("gaussian"), 8, True).source.gaussian
+      True
+      >>> make_perturbations(NoiseSettings("lowrank"), 8, True, "a σ update")
+      Traceback (most recent call last):
+        ...
+      ValueError: noise: 'lowrank' perturbations are not Gaussian, and a σ update is derived for Gaussian ones; use noise='auto', 'gaussian' or 'table'
+    """  # noqa: E501
+    source = noise_source(settings, population_size // 2 if antithetic else population_size)
+    if gaussian_term is not None and not source.gaussian:
+        raise ValueError(
+            f"noise: {settings.noise!r} perturbations are not Gaussian, and {gaussian_term} is "
+            "derived for Gaussian ones; use noise='auto', 'gaussian' or 'table'"
+        )
+    return noise_lib.Perturbations(
+        source=source,
+        population_size=population_size,
+        antithetic=bool(antithetic),
+        batch_size=check_batch_size(settings.noise_batch_size),
+        memory_budget=noise_lib.check_memory_budget(settings.memory_budget),
+    )

@@ -1,0 +1,185 @@
+"""What every ``tell`` shares (internal): the population's moments from regenerated noise, the
+optimizer step, and the end of ``tell`` (best member, ``StrategyInfo``, the applied update)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxes import centroid
+from jaxes import noise as noise_lib
+from jaxes.strategies._state import is_rounded_state, scalar_dtype
+from jaxes.strategies.base import BestMember, StrategyInfo
+
+
+def population_moments(
+    perturbations: noise_lib.Perturbations,
+    state,
+    mass: jax.Array,
+    sigma,
+    squares: bool = False,
+) -> centroid.PopulationMoments:
+    """``PopulationMoments`` of the population the last ``ask`` drew (``state.key``), from
+    regenerated noise.
+
+    One pass over the noise gives ``Σ m_i δ_i`` and ``Σ δ_i`` (and, with ``squares``,
+    ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i`` is the displacement member ``i`` had
+    (``σ ⊙ s_i ε_{j(i)}``, or ``x_i - θ`` for members rounded to a narrower dtype); ``sigma`` is
+    the scale members were built with, a scalar or a pytree like the params. With antithetic
+    float32 pairs ``Σ δ_i`` is exactly zero and is not rebuilt.
+    """
+    plain = is_rounded_state(state) or not perturbations.antithetic
+    both = jnp.stack([mass, jnp.ones_like(mass)])
+    sums, square_sums = perturbations.moments(
+        state.noise_state,
+        state.key,
+        state.params,
+        sigma,
+        both if plain else mass[None],
+        both if squares else None,
+        state.dtypes,
+    )
+
+    def row(rows, k):
+        if rows is None:
+            return None
+        if k < len(rows):
+            return rows[k]
+        return jax.tree.map(jnp.zeros_like, rows[0])
+
+    return centroid.PopulationMoments(
+        total_mass=jnp.sum(mass),
+        count=perturbations.population_size,
+        mass_moment=row(sums, 0),
+        displacement_sum=row(sums, 1),
+        mass_square_moment=row(square_sums, 0),
+        square_sum=row(square_sums, 1),
+    )
+
+
+def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
+    """One optax step along the ascent direction (optax minimises, so it gets ``-ascent``) on
+    the float32 master params; returns the step of θ and the new optimizer state."""
+    descent = jax.tree.map(jnp.negative, ascent)
+    return optimizer.update(descent, state.opt_state, state.params)
+
+
+def informative(fitness: jax.Array) -> jax.Array:
+    """At least two distinct finite fitness values: the only case a ranking says anything."""
+    finite = jnp.isfinite(fitness)
+    high = jnp.max(jnp.where(finite, fitness, -jnp.inf))
+    low = jnp.min(jnp.where(finite, fitness, jnp.inf))
+    return high > low
+
+
+def finite_stats(fitness: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Mean, max and min over the finite fitness values (NaN if none is finite)."""
+    finite = jnp.isfinite(fitness)
+    count = jnp.sum(finite)
+    mean = jnp.where(count > 0, jnp.sum(jnp.where(finite, fitness, 0.0)) / count, jnp.nan)
+    fmax = jnp.where(count > 0, jnp.max(jnp.where(finite, fitness, -jnp.inf)), jnp.nan)
+    fmin = jnp.where(count > 0, jnp.min(jnp.where(finite, fitness, jnp.inf)), jnp.nan)
+    return mean, fmax, fmin
+
+
+def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma) -> StrategyInfo:
+    """``StrategyInfo`` for one ``tell``."""
+    f_mean, f_max, f_min = finite_stats(fitness)
+    positive = moments.total_mass > 0
+    safe_total = jnp.where(positive, moments.total_mass, 1.0)
+    sig_leaves = jax.tree.leaves(sigma)
+    mean_sigma = sum(jnp.sum(x) for x in sig_leaves) / sum(jnp.size(x) for x in sig_leaves)
+    return StrategyInfo(
+        fitness_mean=f_mean,
+        fitness_max=f_max,
+        fitness_min=f_min,
+        best_fitness=best_fitness,
+        num_finite=jnp.sum(jnp.isfinite(fitness)).astype(jnp.int32),
+        applied=applied,
+        update_norm=update_norm,
+        # Norms of the summed moments, scaled after: no parameter-sized M - θ or c - θ is built.
+        com_displacement_norm=jnp.where(
+            positive, centroid.tree_norm(moments.mass_moment) / safe_total, 0.0
+        ),
+        centroid_offset_norm=centroid.tree_norm(moments.displacement_sum) / moments.count,
+        total_mass=moments.total_mass,
+        sigma=jnp.asarray(mean_sigma, best_fitness.dtype),
+    )
+
+
+# Up to this many state entries a select costs less than a branch (on the CPU a cond is a
+# runtime call); above it the branch's in-place update pays.
+_SELECT_MAX_ENTRIES = 2**16
+
+
+def _when(condition, new: Callable, old):
+    """``new()`` if ``condition`` else ``old``. For a big state, a ``lax.cond``: the new
+    values are computed only in the branch that keeps them, so XLA updates donated buffers in
+    place. (A ``where(condition, new, old)`` needs both alive at once, and XLA then copies
+    every parameter-sized buffer of the state: 18 copies of θ and Adam's moments at 100M
+    params.) For a small one, that ``where``: no branch to run."""
+
+    def taken():
+        return jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new(), old)
+
+    if sum(jnp.size(x) for x in jax.tree.leaves(old)) <= _SELECT_MAX_ENTRIES:
+        return jax.tree.map(lambda a, b: jnp.where(condition, a, b), taken(), old)
+    return jax.lax.cond(condition, taken, lambda: old)
+
+
+def _best_member(state, best_i, improved, scale) -> BestMember:
+    """The best-member recipe after this ``tell``: this population's when it ``improved``."""
+    best = state.best
+    return BestMember(
+        key=jnp.where(improved, jax.random.key_data(state.key), best.key),
+        index=jnp.where(improved, best_i, best.index),
+        centre=None if best.centre is None else _when(improved, lambda: state.params, best.centre),
+        scale=None if best.scale is None else _when(improved, lambda: scale, best.scale),
+    )
+
+
+def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[], tuple]):
+    """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
+
+    ``update()`` returns ``(step, changes)``: the change of θ (a pytree like the params) and
+    the strategy's own new state fields (σ, optimizer state, paths, ...) by name. It runs
+    only when the update is applied: when the fitness is informative and an ``ask`` was
+    pending (a ``tell`` without a pending ``ask`` changes nothing at all). ``scale`` is the
+    perturbation scale the told population was built with (kept in the best-member recipe);
+    ``info_sigma`` is the σ reported in the info. θ' = θ + step is written elementwise from θ
+    and the step inside the applied branch, so XLA updates a donated θ in place.
+    """
+    fitness = jnp.asarray(fitness)
+    pending = state.pending
+    applied = pending & informative(fitness)
+    ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
+    best_i = jnp.argmax(ranked).astype(jnp.int32)
+    improved = pending & (ranked[best_i] > state.best_fitness)
+    best = _best_member(state, best_i, improved, scale)
+    dtype = scalar_dtype(state)
+    best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(dtype)
+    names = tuple(jax.eval_shape(lambda: update()[1]))
+    old = {name: getattr(state, name) for name in names}
+
+    def applied_update():
+        step, changes = update()
+        params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
+        return params, changes, centroid.tree_norm(step).astype(dtype)
+
+    params, changes, update_norm = _when(
+        applied, applied_update, (state.params, old, jnp.zeros((), dtype))
+    )
+    info = strategy_info(fitness, best_fitness, applied, update_norm, moments, info_sigma)
+    new_state = state._replace(
+        params=params,
+        generation=state.generation + pending.astype(jnp.int32),
+        pending=jnp.zeros((), bool),
+        fitness=jnp.where(pending, fitness.astype(dtype), state.fitness),
+        best_fitness=best_fitness,
+        best=best,
+        **changes,
+    )
+    return new_state, info

@@ -1,0 +1,89 @@
+"""The public types every strategy shares: its diagnostics (``StrategyInfo``), what
+``estimate`` learnt (``EstimateStats``), the best member's recipe (``BestMember``) and
+``centre``, θ in the params' own dtypes."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+
+from jaxes import centroid
+
+
+class EstimateStats(NamedTuple):
+    """What ``estimate`` learnt about the population besides the direction.
+
+    Attributes:
+      weights: ``(P,)`` shaped fitness.
+      masses: ``(P,)`` non-negative masses (``weights - min(weights)``, or the recombination
+        weights themselves for CMA-ES).
+      moments: the population's ``centroid.PopulationMoments`` (from regenerated noise).
+      sigma: the perturbation scale of this population (scalar or per-coordinate pytree).
+    """
+
+    weights: jax.Array
+    masses: jax.Array
+    moments: centroid.PopulationMoments
+    sigma: object
+
+
+class StrategyInfo(NamedTuple):
+    """Per-generation diagnostics every strategy reports (fitness maximised; statistics over
+    finite members), so logs and ``metrics.jsonl`` have the same columns for every strategy.
+    Every field is a scalar: a ``lax.scan`` over generations stacks no parameter-sized array.
+
+    Attributes:
+      fitness_mean, fitness_max, fitness_min: over this generation's finite fitness values.
+      best_fitness: the best member's fitness seen so far (``strategy.best_params(state)``
+        rebuilds it).
+      num_finite: how many of this generation's fitness values were finite.
+      applied: whether the update was applied. False when the fitness carried no ranking
+        (fewer than two distinct finite values: all equal, or all NaN), which leaves every
+        strategy's search state as it was, and when ``tell`` had no pending ``ask``.
+      update_norm: ``‖θ' - θ‖``, the norm of the step taken (0 when not applied).
+      com_displacement_norm: ``‖M - θ‖`` (reward-weighted centre of mass from the model).
+      centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with float32 antithetic pairs).
+      total_mass: ``Σ m_i``.
+      sigma: the mean perturbation scale over coordinates.
+    """
+
+    fitness_mean: jax.Array
+    fitness_max: jax.Array
+    fitness_min: jax.Array
+    best_fitness: jax.Array
+    num_finite: jax.Array
+    applied: jax.Array
+    update_norm: jax.Array
+    com_displacement_norm: jax.Array
+    centroid_offset_norm: jax.Array
+    total_mass: jax.Array
+    sigma: jax.Array
+
+
+class BestMember(NamedTuple):
+    """How to rebuild the best member seen so far, without storing it.
+
+    Attributes:
+      key: the ``ask`` key of its population, as raw threefry key data (``uint32[2]``).
+      index: its index in that population.
+      centre: θ of that population (``None`` with ``track_best=False``).
+      scale: the perturbation scale of that population (``None`` with ``track_best=False``).
+    """
+
+    key: jax.Array
+    index: jax.Array
+    centre: object
+    scale: object
+
+
+def centre(state):
+    """θ in the dtypes the params were given in (the master copy is float32).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxes
+      >>> state = jaxes.open_es(4).init(jax.random.key(0), jnp.ones(2, jnp.bfloat16))
+      >>> state.params.dtype, centre(state).dtype
+      (dtype('float32'), dtype(bfloat16))
+    """
+    return jax.tree.map(lambda x, t: x.astype(t.dtype), state.params, state.dtypes)
