@@ -1,34 +1,25 @@
-"""Helpers shared by the benchmark scripts: what machine and code a result came from, and
-children run in fresh processes.
+"""What machine and code a benchmark's result came from, and the JSON it is written to.
 
 Each script is run as `python benchmarks/<name>.py`, which puts benchmarks/ on `sys.path`, so
 `from _common import ...` works there and in the children they spawn (the same script, by its
-path). Nothing here imports JAX at import time: the children control how and when they do.
+path). Beside it: `_children.py` (fresh processes) and `_driver.py` (the drivers' skeleton).
+Nothing here imports JAX at import time (`machine_info(jax_backend=True)` does, when called).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
-import importlib
-import io
 import json
 import os
 import platform
-import resource
 import shlex
 import subprocess
 import sys
-import threading
-import time
-import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-RESULT_PREFIX = "RESULT "  # a child prints its result as one line "RESULT {json}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,115 +122,21 @@ def finish_machine_info(info: dict, other_warnings: list[str]) -> None:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Children: a script runs itself with `--child <spec json>` in a fresh process.
-# --------------------------------------------------------------------------------------------
-
-
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def quiet_import(*modules: str):
-    """Imports `modules` with their import chatter (prints on stdout, warnings) silenced, as
-    Brax and MuJoCo make; returns the `jax` module."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        for name in ("jax", *modules):
-            importlib.import_module(name)
-    return sys.modules["jax"]
-
-
-def print_result(result: dict) -> None:
-    """A child's answer to `spawn_child`: one line "RESULT {json}" on stdout."""
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-
-
-class Child(NamedTuple):
-    """A finished child: its result (None when it printed none), the process, and the share
-    of the machine's CPU time that other processes took while it ran."""
-
-    result: dict | None
-    proc: subprocess.CompletedProcess
-    other_cpu_share: float
-
-
-def spawn_child(
-    script: str, spec: dict, timeout: float, env: dict | None = None, tee_stderr: bool = False
-) -> Child:
-    """Runs `python script --child <spec json>` in a fresh process (environment `env`, or this
-    one's) and reads the line its `print_result` wrote. With `tee_stderr` the child's stderr
-    is also copied to this process's stderr as it comes (progress of a long child)."""
-    cmd = [sys.executable, str(Path(script).resolve()), "--child", json.dumps(spec)]
-    busy0, wall0 = busy_cpu_seconds(), time.perf_counter()
-    own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if tee_stderr:
-        proc = _run_teeing_stderr(cmd, timeout, env)
-    else:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = time.perf_counter() - wall0
-    own = (own1.ru_utime - own0.ru_utime) + (own1.ru_stime - own0.ru_stime)
-    other = max(0.0, busy_cpu_seconds() - busy0 - own)
-    share = other / (wall * (os.cpu_count() or 1))
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return Child(json.loads(line[len(RESULT_PREFIX) :]), proc, share)
-    return Child(None, proc, share)
-
-
-def _run_teeing_stderr(cmd: list[str], timeout: float, env: dict | None):
-    """`subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)`, except that each
-    line the child writes on stderr is also written on this process's stderr at once."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1
-    )
-    out: list[str] = []
-    err: list[str] = []
-
-    def tee():
-        for line in proc.stderr:
-            err.append(line)
-            sys.stderr.write(line)
-            sys.stderr.flush()
-
-    def collect():
-        out.append(proc.stdout.read())
-
-    threads = [threading.Thread(target=tee, daemon=True), threading.Thread(target=collect)]
-    for thread in threads:
-        thread.start()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-    finally:
-        for thread in threads:
-            thread.join()
-    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
-
-
-def spawn_result(script: str, spec: dict, timeout: float) -> dict:
-    """``spawn_child``'s result with the child's wall time, or ``spec`` with a ``status``
-    ("timeout", "killed": SIGKILL, most likely out of memory, or "error") and the output's
-    tail when the child gave no result."""
-    start = time.perf_counter()
-    try:
-        child = spawn_child(script, spec, timeout, tee_stderr=True)
-    except subprocess.TimeoutExpired:
-        return spec | {"status": "timeout", "error": f"timed out after {timeout:g} s"}
-    wall = {"child_wall_s": time.perf_counter() - start, "other_cpu_share": child.other_cpu_share}
-    if child.result is not None:
-        return child.result | wall
-    code = child.proc.returncode
-    if code == -9:
-        status, why = "killed", "killed by SIGKILL (most likely out of memory)"
-    else:
-        status, why = "error", f"exit code {code}"
-    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
-    return spec | wall | {"status": status, "error": f"{why}: {tail}"}
+def write_results(
+    out: str | os.PathLike,
+    info: dict,
+    warnings: list[str],
+    printed: list[str],
+    payload: dict,
+    show_machine: bool = True,
+) -> None:
+    """A driver's last step: finishes `info` (`finish_machine_info` with `warnings`), prints
+    it as JSON (unless not `show_machine`) and then each text of `printed` (its tables and
+    verdicts) on stdout, and writes `{"machine": info, **payload}` to `out`."""
+    finish_machine_info(info, warnings)
+    if show_machine:
+        print(json.dumps(info, indent=2))
+    for text in printed:
+        print(text)
+    write_json(out, {"machine": info, **payload})
+    print(f"wrote {out}", file=sys.stderr)

@@ -52,32 +52,20 @@ benchmarks/results/asktell.json, or asktell_quick.json with `--quick`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import NamedTuple
 
-from _common import (
-    RESULTS,
-    busy_cpu_seconds,
-    finish_machine_info,
-    machine_info,
-    print_result,
-    spawn_child,
-    write_json,
-)
+import _driver as driver
+from _children import busy_cpu_seconds, spawn
+from _common import machine_info, write_results
 
 SIGMA = 0.05
 LEARNING_RATE = 1e-2
 X0 = 1.0  # every coordinate of the starting mean (function_task's default start)
 WARMUP_CALLS = 2
-MAX_OTHER_CPU_SHARE = 0.05  # warn when other processes took more of the CPU than this
 # The keywords of jaxes.open_es whose defaults this benchmark measures (recorded per child).
 DEFAULT_KEYWORDS = ("noise", "noise_table_size", "noise_batch_size", "memory_budget", "track_best")
 
@@ -130,20 +118,28 @@ def sum_of_squares(x):
     return jnp.sum(jnp.square(x), axis=-1)
 
 
-def make_evosax_step(d: int, p: int):
-    """Returns (init_state, step(state, key), mean_of); evosax minimises the sum of squares."""
-    import jax
+def evosax_open_es(d: int, p: int):
+    """evosax `Open_ES` as this benchmark (and benchmarks/regimes.py) runs it: antithetic
+    pairs, `optax.adam(LEARNING_RATE)`, a constant σ = SIGMA, centered ranks (its default)."""
     import jax.numpy as jnp
     import optax
     from evosax.algorithms import Open_ES
 
-    es = Open_ES(
+    return Open_ES(
         population_size=p,
         solution=jnp.zeros(d),
         use_antithetic_sampling=True,
         optimizer=optax.adam(LEARNING_RATE),
         std_schedule=optax.constant_schedule(SIGMA),
     )
+
+
+def make_evosax_step(d: int, p: int):
+    """Returns (init_state, step(state, key), mean_of); evosax minimises the sum of squares."""
+    import jax
+    import jax.numpy as jnp
+
+    es = evosax_open_es(d, p)
     es_params = es.default_params
 
     def step(state, key):
@@ -235,7 +231,7 @@ def run_child(spec: dict) -> dict:
     else:
         state, step, mean_of, extra = make_jaxes_step(spec)
     x0 = jax.numpy.array(mean_of(state))  # a copy: the state's buffers may be donated
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = driver.peak_rss_mib()
     state, seconds, compile_s = time_generations(state, step, spec["gens"])
     x_end = jax.block_until_ready(mean_of(state))
     return {
@@ -244,7 +240,7 @@ def run_child(spec: dict) -> dict:
         "median_s": statistics.median(seconds),
         "seconds": seconds,
         "compile_and_first_call_s": compile_s,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": driver.peak_rss_mib(),
         "peak_rss_before_first_call_mib": rss_before,
         "generations_run": WARMUP_CALLS + spec["gens"],
         **descent_check(x0, x_end),
@@ -277,7 +273,7 @@ def wait_for_quiet(max_wait: float) -> None:
     while time.monotonic() < deadline:
         busy0 = busy_cpu_seconds()
         time.sleep(5)
-        if (busy_cpu_seconds() - busy0) / (5 * (os.cpu_count() or 1)) < MAX_OTHER_CPU_SHARE:
+        if (busy_cpu_seconds() - busy0) / (5 * (os.cpu_count() or 1)) < driver.MAX_OTHER_CPU_SHARE:
             return
 
 
@@ -287,27 +283,20 @@ def spawn_quietest(spec: dict, args) -> dict:
     attempts = []
     while len(attempts) < args.attempts:
         wait_for_quiet(args.max_wait)
-        attempts.append(spawn(spec, args))
-        if attempts[-1]["other_cpu_share"] <= MAX_OTHER_CPU_SHARE:
+        attempts.append(spawn_once(spec, args))
+        if attempts[-1]["other_cpu_share"] <= driver.MAX_OTHER_CPU_SHARE:
             break
     best = min(attempts, key=lambda r: r["other_cpu_share"])
     return best | {"attempts": len(attempts)}
 
 
-def spawn(spec: dict, args) -> dict:
-    """Runs one child; also measures how much CPU other processes took meanwhile."""
-    try:
-        child = spawn_child(__file__, spec, args.timeout)
-    except subprocess.TimeoutExpired:
-        return {**spec, "other_cpu_share": 0.0, "error": f"timed out after {args.timeout:g} s"}
-    # Share of the machine's CPU time used by other processes while this child ran.
+def spawn_once(spec: dict, args) -> dict:
+    """Runs one child; also notes how much CPU other processes took meanwhile."""
+    child = spawn(__file__, spec, args.timeout)
     contention = {"other_cpu_share": child.other_cpu_share}
     if child.result is not None:
         return child.result | contention
-    code = child.proc.returncode
-    why = "killed by SIGKILL (likely out of memory)" if code == -9 else f"exit code {code}"
-    tail = (child.proc.stderr or child.proc.stdout)[-2000:]
-    return {**spec, **contention, "error": f"{why}: {tail}"}
+    return spec | contention | {"error": child.error}
 
 
 def base_result(results: list[dict], d: int) -> dict | None:
@@ -335,37 +324,37 @@ def target_lines(results: list[dict]) -> list[str]:
     return lines
 
 
+COLUMNS = (
+    "d | P | variant | median s/gen | peak RSS MiB | f(x_T)/f(x_0) | cos(Δx, -∇f) "
+    "| evosax s / jaxes s | evosax RSS / jaxes RSS | CPU taken by others"
+)
+
+
 def format_table(results: list[dict]) -> str:
-    head = (
-        "| d | P | variant | median s/gen | peak RSS MiB | f(x_T)/f(x_0) "
-        "| cos(Δx, -∇f) | evosax s / jaxes s | evosax RSS / jaxes RSS | CPU taken by others |"
-    )
-    rows = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        label = LABELS[r["variant"]]
-        if "error" in r:
-            why = r["error"].split(":", 1)[0]
-            rows.append(f"| {r['d']:,} | {r['P']} | {label} | error: {why} | | | | | | |")
-            continue
-        base = base_result(results, r["d"])
-        t_ratio = f"{base['median_s'] / r['median_s']:.2f}" if base else "n/a"
-        m_ratio = f"{base['peak_rss_mib'] / r['peak_rss_mib']:.2f}" if base else "n/a"
-        rows.append(
-            f"| {r['d']:,} | {r['P']} | {label} | {r['median_s']:.4f} | "
-            f"{r['peak_rss_mib']:.0f} | {r['f_ratio']:.4f} | {r['downhill_cos']:+.4f} | "
-            f"{t_ratio} | {m_ratio} | {r['other_cpu_share']:.0%} |"
-        )
-    return "\n".join(rows)
+    return driver.markdown_table(COLUMNS, "lllrrrrrrr", [table_row(r, results) for r in results])
+
+
+def table_row(r: dict, results: list[dict]) -> list[str | None]:
+    head = [f"{r['d']:,}", str(r["P"]), LABELS[r["variant"]]]
+    if "error" in r:
+        return [*head, "error: " + r["error"].split(":", 1)[0]] + [None] * 6
+    base = base_result(results, r["d"])
+    t_ratio = f"{base['median_s'] / r['median_s']:.2f}" if base else "n/a"
+    m_ratio = f"{base['peak_rss_mib'] / r['peak_rss_mib']:.2f}" if base else "n/a"
+    return [
+        *head,
+        f"{r['median_s']:.4f}",
+        f"{r['peak_rss_mib']:.0f}",
+        f"{r['f_ratio']:.4f}",
+        f"{r['downhill_cos']:+.4f}",
+        t_ratio,
+        m_ratio,
+        f"{r['other_cpu_share']:.0%}",
+    ]
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="d=1000, P=16, 3 generations")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="JSON results path (default: benchmarks/results/asktell.json, or asktell_quick.json)",
-    )
+    parser = driver.parser(__doc__, "d=1000, P=16, 3 generations", "asktell", timeout=1800)
     parser.add_argument(
         "--variants",
         nargs="+",
@@ -373,28 +362,22 @@ def parse_args(argv: list[str]):
         default=list(VARIANTS),
         help="subset to run (default: all; the ratios need evosax)",
     )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
     parser.add_argument(
         "--attempts", type=int, help="tries per variant while the CPU is shared (3; quick: 1)"
     )
     parser.add_argument(
         "--max-wait", type=float, help="seconds to wait for a quiet CPU per try (600; quick: 0)"
     )
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
-    if args.child:
-        print_result(run_child(json.loads(args.child)))
-        return
-    if args.out is None:
-        args.out = RESULTS / ("asktell_quick.json" if args.quick else "asktell.json")
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("asktell", args.quick)
     if args.attempts is None:
         args.attempts = 1 if args.quick else 3
     if args.max_wait is None:
         args.max_wait = 0 if args.quick else 600
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     results = []
     for config in QUICK_CONFIGS if args.quick else FULL_CONFIGS:
@@ -408,15 +391,8 @@ def main(argv: list[str]) -> None:
                 status = f"{result['median_s']:.4f} s/gen, {result['peak_rss_mib']:.0f} MiB"
             status += f", other processes used {result['other_cpu_share']:.0%} of the CPU"
             print(f"d={config.d:,} P={config.P} {LABELS[variant]}: {status}", file=sys.stderr)
-    warnings = []
-    if max(r["other_cpu_share"] for r in results) > MAX_OTHER_CPU_SHARE:
-        warnings.append("other processes took CPU time during some runs (see other_cpu_share)")
-    finish_machine_info(info, warnings)
     table = format_table(results)
     targets = target_lines(results)
-    print(json.dumps(info, indent=2))
-    print(table)
-    print("\n".join(targets) or "(the targets concern d=100k and d=10M only)")
     settings = {
         "sigma": SIGMA,
         "optimizer": f"optax.adam({LEARNING_RATE})",
@@ -424,16 +400,10 @@ def main(argv: list[str]) -> None:
         "x0": X0,
         "warmup_calls": WARMUP_CALLS,
     }
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "results": results,
-        "table": table,
-        "targets": targets,
-    }
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
+    printed = [table, "\n".join(targets) or "(the targets concern d=100k and d=10M only)"]
+    payload = {"settings": settings, "results": results, "table": table, "targets": targets}
+    write_results(args.out, info, driver.shared_cpu_warnings(results), printed, payload)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, run_child, run)

@@ -51,23 +51,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
-import resource
 import statistics
 import sys
 import time
-import traceback
-from pathlib import Path
 
-from _common import (
-    RESULTS,
-    finish_machine_info,
-    machine_info,
-    print_result,
-    spawn_result,
-    write_json,
-)
+import _driver as driver
+from _children import guarded, spawn_all
+from _common import machine_info, write_results
 
 SIGMA = 0.05
 ADAM_LEARNING_RATE = 1e-2  # open_es's default learning_rate
@@ -85,7 +76,6 @@ TARGET_BYTES_PER_PARAM = 48.0
 TASKS = ("sumsq", "mlp")
 OPTIMIZERS = ("auto", "adam", "clipup", "sgd")
 PRECISIONS = {"f32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
-SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 DEFAULT_SIZES = "100M,500M,1B"
 QUICK_SIZES = "1M,1M:bf16"
 
@@ -99,15 +89,7 @@ def parse_size(text: str) -> dict:
     """ "500M" -> {"size": "500M", "n": 500_000_000, "precision": "float32"}; a suffix ":bf16"
     or ":f32" chooses the precision (default: bfloat16 from 1B up, float32 below)."""
     name, _, precision = text.strip().partition(":")
-    number, suffix = (name[:-1], name[-1].upper()) if name[-1].isalpha() else (name, "")
-    if suffix and suffix not in SUFFIXES:
-        raise argparse.ArgumentTypeError(f"size {text!r}: unknown suffix (K, M, B)")
-    try:
-        n = int(float(number) * SUFFIXES.get(suffix, 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: expected e.g. 100M, 1B, 1M:bf16"
-        ) from None
+    n = driver.parse_count(name, "100M, 1B, 1M:bf16")
     if precision and precision.lower() not in PRECISIONS:
         raise argparse.ArgumentTypeError(f"size {text!r}: precision must be f32 or bf16")
     precision = PRECISIONS[precision.lower()] if precision else None
@@ -290,17 +272,12 @@ def compile_plan(spec: dict):
     lowered = jax.jit(generation_step(strategy, task), donate_argnums=0).lower(abstract)
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
-    stats = compiled.memory_analysis()
-    arg, out = stats.argument_size_in_bytes, stats.output_size_in_bytes
-    alias, temp = stats.alias_size_in_bytes, stats.temp_size_in_bytes
-    total = arg + temp + out - alias
+    memory = driver.memory_plan(compiled)
+    total = memory["peak_minus_alias_bytes"]
     plan = {
         "params": params,
-        "argument_bytes": arg,
-        "output_bytes": out,
-        "alias_bytes": alias,
-        "temp_bytes": temp,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
+        **{k: memory[k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")},
+        "generated_code_bytes": compiled.memory_analysis().generated_code_size_in_bytes,
         "plan_bytes": total,
         "plan_gib": total / GIB,
         "plan_bytes_per_param": total / params,
@@ -311,26 +288,9 @@ def compile_plan(spec: dict):
     return strategy, task, compiled, plan
 
 
-def mem_available_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
+@guarded
 def run_child(spec: dict) -> dict:
-    try:
-        return spec | run_child_unguarded(spec)
-    except Exception as error:  # an allocation failure, a library error: a row, not a crash
-        tail = traceback.format_exc()[-3000:]
-        return spec | {"status": "error", "error": f"{type(error).__name__}: {tail}"}
-
-
-def run_child_unguarded(spec: dict) -> dict:
+    """Compiles the plan of `spec` and, for a "run" spec, runs and times its generations."""
     import jax
 
     from jaxes.training import init_state
@@ -338,10 +298,10 @@ def run_child_unguarded(spec: dict) -> dict:
     progress(spec, "compiling")
     strategy, task, compiled, plan = compile_plan(spec)
     progress(spec, f"compiled in {plan['compile_s']:.1f} s; plan {plan['plan_gib']:.2f} GiB")
-    result = {"status": "ok", **plan, "peak_rss_after_compile_mib": rss_mib()}
+    result = {"status": "ok", **plan, "peak_rss_after_compile_mib": driver.peak_rss_mib()}
     if spec["kind"] == "plan":
-        return result | {"peak_rss_mib": rss_mib()}
-    available = mem_available_bytes()
+        return result | {"peak_rss_mib": driver.peak_rss_mib()}
+    available = driver.mem_available_bytes()
     result["mem_available_at_start_gib"] = available / GIB
     if not spec["force"] and plan["plan_bytes"] > MEMORY_HEADROOM * available:
         why = (
@@ -353,8 +313,11 @@ def run_child_unguarded(spec: dict) -> dict:
     start = time.perf_counter()
     state = jax.block_until_ready(init_state(strategy, task, 0))
     result["init_s"] = time.perf_counter() - start
-    result["peak_rss_after_init_mib"] = rss_mib()
-    progress(spec, f"init_state in {result['init_s']:.1f} s, peak RSS {rss_mib() / 1024:.2f} GiB")
+    result["peak_rss_after_init_mib"] = driver.peak_rss_mib()
+    progress(
+        spec,
+        f"init_state in {result['init_s']:.1f} s, peak RSS {driver.peak_rss_mib() / 1024:.2f} GiB",
+    )
     for i in range(WARMUP_CALLS):
         start = time.perf_counter()
         state, metrics = jax.block_until_ready(compiled(state))
@@ -367,7 +330,7 @@ def run_child_unguarded(spec: dict) -> dict:
         seconds.append(time.perf_counter() - start)
         progress(spec, f"generation {i + 1}/{spec['gens']}: {seconds[-1]:.1f} s")
     params = plan["params"]
-    peak = rss_mib()
+    peak = driver.peak_rss_mib()
     return result | {
         "median_s": statistics.median(seconds),
         "seconds": seconds,
@@ -384,61 +347,75 @@ def run_child_unguarded(spec: dict) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def spawn(spec: dict, args) -> dict:
-    return spawn_result(__file__, spec, args.timeout)
-
-
 def gib(x: float) -> str:
     return f"{x / GIB:.2f}"
 
 
-def config_cells(r: dict) -> str:
-    return (
-        f"| {r['size']} | {num_params(r['task'], r['n']):,} | {r['task']} | {r['precision']} "
-        f"| {optimizer_label(r['optimizer'])}"
-        f"{'' if r.get('track_best', True) else ', track_best=False'} | {r['P']} "
-    )
+def config_cells(r: dict) -> list[str]:
+    best = "" if r.get("track_best", True) else ", track_best=False"
+    return [
+        r["size"],
+        f"{num_params(r['task'], r['n']):,}",
+        r["task"],
+        r["precision"],
+        optimizer_label(r["optimizer"]) + best,
+        str(r["P"]),
+    ]
+
+
+PLAN_COLUMNS = (
+    "size | params | task | dtype | optimizer | P | argument GiB | temp GiB | output GiB "
+    "| alias GiB | plan GiB | plan bytes/param | eval chunk | compile s"
+)
+RUN_COLUMNS = (
+    "size | params | task | dtype | optimizer | P | median s/gen | timed gens "
+    "| peak RSS GiB | RSS bytes/param | plan GiB (this P) | fitness mean: first → last"
+)
 
 
 def format_plans(results: list[dict]) -> str:
-    head = (
-        "| size | params | task | dtype | optimizer | P | argument GiB | temp GiB | output GiB "
-        "| alias GiB | plan GiB | plan bytes/param | eval chunk | compile s |"
-    )
-    rows = [head, "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        if r["kind"] != "plan":
-            continue
-        if r["status"] != "ok":
-            rows.append(config_cells(r) + f"| {r['status']}: {first_line(r)} |" + " |" * 7)
-            continue
-        rows.append(
-            config_cells(r) + f"| {gib(r['argument_bytes'])} | {gib(r['temp_bytes'])} "
-            f"| {gib(r['output_bytes'])} | {gib(r['alias_bytes'])} | {r['plan_gib']:.2f} "
-            f"| {r['plan_bytes_per_param']:.1f} | {r['eval_chunk']} | {r['compile_s']:.1f} |"
-        )
-    return "\n".join(rows)
+    return format_kind(results, "plan", PLAN_COLUMNS, "lrlllrrrrrrrrr", plan_cells)
 
 
 def format_runs(results: list[dict]) -> str:
-    head = (
-        "| size | params | task | dtype | optimizer | P | median s/gen | timed gens "
-        "| peak RSS GiB | RSS bytes/param | plan GiB (this P) | fitness mean: first → last |"
-    )
-    rows = [head, "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    return format_kind(results, "run", RUN_COLUMNS, "lrlllrrrrrrl", run_cells)
+
+
+def format_kind(results: list[dict], kind: str, head: str, align: str, cells) -> str:
+    """The table of the rows of one `kind`: their configuration, then `cells(row)`, or what
+    went wrong and blanks."""
+    rows = []
     for r in results:
-        if r["kind"] != "run":
+        if r["kind"] != kind:
             continue
         if r["status"] != "ok":
-            rows.append(config_cells(r) + f"| {r['status']}: {first_line(r)} |" + " |" * 5)
-            continue
-        first, last = r["metrics_first"]["fitness_mean"], r["metrics_last"]["fitness_mean"]
-        rows.append(
-            config_cells(r) + f"| {r['median_s']:.2f} | {len(r['seconds'])} "
-            f"| {r['peak_rss_gib']:.2f} | {r['peak_rss_bytes_per_param']:.1f} "
-            f"| {r['plan_gib']:.2f} | {first:.6g} → {last:.6g} |"
-        )
-    return "\n".join(rows)
+            blanks = len(align) - len(config_cells(r)) - 1
+            rows.append(config_cells(r) + [f"{r['status']}: {first_line(r)}"] + [None] * blanks)
+        else:
+            rows.append(config_cells(r) + cells(r))
+    return driver.markdown_table(head, align, rows)
+
+
+def plan_cells(r: dict) -> list[str]:
+    memory = [gib(r[f"{k}_bytes"]) for k in ("argument", "temp", "output", "alias")]
+    return memory + [
+        f"{r['plan_gib']:.2f}",
+        f"{r['plan_bytes_per_param']:.1f}",
+        str(r["eval_chunk"]),
+        f"{r['compile_s']:.1f}",
+    ]
+
+
+def run_cells(r: dict) -> list[str]:
+    first, last = r["metrics_first"]["fitness_mean"], r["metrics_last"]["fitness_mean"]
+    return [
+        f"{r['median_s']:.2f}",
+        str(len(r["seconds"])),
+        f"{r['peak_rss_gib']:.2f}",
+        f"{r['peak_rss_bytes_per_param']:.1f}",
+        f"{r['plan_gib']:.2f}",
+        f"{first:.6g} → {last:.6g}",
+    ]
 
 
 def first_line(r: dict) -> str:
@@ -499,16 +476,16 @@ def target_lines(results: list[dict]) -> list[str]:
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = driver.parser(__doc__, f"sizes {QUICK_SIZES}, 2 generations", "bigmodel", 4 * 3600)
     parser.add_argument(
         "--sizes",
-        type=lambda s: [parse_size(x) for x in s.split(",")],
+        type=driver.comma_list(parse_size),
         help=f"comma-separated sizes, e.g. 100M,1B,1B:f32 (default {DEFAULT_SIZES}; "
         f"quick: {QUICK_SIZES})",
     )
     parser.add_argument(
         "--populations",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=driver.comma_list(int),
         default=[16, 64],
         help="populations of the measured runs (default 16,64)",
     )
@@ -521,28 +498,18 @@ def parse_args(argv: list[str]):
         help="open_es(track_best=...): auto is off for >= 1B bf16 only",
     )
     parser.add_argument("--plan-only", action="store_true", help="compile the plans; run nothing")
-    parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, 2 generations")
     parser.add_argument("--gens", type=int, help="timed generations (3 up to 200M, 2 above)")
     parser.add_argument("--force", action="store_true", help="run even when the plan won't fit")
-    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per child")
-    parser.add_argument("--out", type=Path, help="JSON results path")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
-    if args.child:
-        print_result(run_child(json.loads(args.child)))
-        return
+    args = parser.parse_args(argv)
     if args.sizes is None:
-        args.sizes = [
-            parse_size(x) for x in (QUICK_SIZES if args.quick else DEFAULT_SIZES).split(",")
-        ]
-    if args.out is None:
-        name = "bigmodel_quick" if args.quick else "bigmodel_plan" if args.plan_only else "bigmodel"
-        args.out = RESULTS / f"{name}.json"
-    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=False)
+        args.sizes = driver.comma_list(parse_size)(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    name = "bigmodel_plan" if args.plan_only and not args.quick else "bigmodel"
+    args.out = args.out or driver.results_path(name, args.quick)
+    return args
+
+
+def plan_specs(args) -> list[dict]:
+    """The children to run: every plan (P = 256), then every measured run."""
     configs = [
         size
         | {
@@ -565,37 +532,30 @@ def main(argv: list[str]) -> None:
             for c in configs
             for p in args.populations
         ]
-    results = []
-    start = time.perf_counter()
-    for i, spec in enumerate(specs):
-        spec |= {"force": args.force}
-        print(f"[{i + 1}/{len(specs)}] {spec['kind']} {name_of(spec)}", file=sys.stderr)
-        result = spawn(spec, args)
-        results.append(result)
-        if result["status"] != "ok":
-            status = f"{result['status']}: {first_line(result)}"
-        elif spec["kind"] == "plan":
-            status = (
-                f"plan {result['plan_gib']:.2f} GiB ({result['plan_bytes_per_param']:.1f} B/param)"
-            )
-        else:
-            status = f"{result['median_s']:.2f} s/gen, peak RSS {result['peak_rss_gib']:.2f} GiB"
-        elapsed = time.perf_counter() - start
-        print(
-            f"    -> {status} (child {result.get('child_wall_s', 0):.0f} s, total {elapsed:.0f} s)",
-            file=sys.stderr,
-        )
-    warnings = []
-    if any(r.get("other_cpu_share", 0) > 0.05 for r in results if r["kind"] == "run"):
-        warnings.append("other processes took > 5% of the CPU during some runs (other_cpu_share)")
-    finish_machine_info(info, warnings)
+    return [spec | {"force": args.force} for spec in specs]
+
+
+def child_status(result: dict) -> str:
+    if result["status"] != "ok":
+        return f"{result['status']}: {first_line(result)}"
+    if result["kind"] == "plan":
+        return f"plan {result['plan_gib']:.2f} GiB ({result['plan_bytes_per_param']:.1f} B/param)"
+    return f"{result['median_s']:.2f} s/gen, peak RSS {result['peak_rss_gib']:.2f} GiB"
+
+
+def run(args, argv: list[str]) -> None:
+    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=False)
+    results = spawn_all(
+        __file__,
+        plan_specs(args),
+        args.timeout,
+        describe=lambda spec: f"{spec['kind']} {name_of(spec)}",
+        status=child_status,
+    )
     plans, runs = format_plans(results), format_runs(results)
     targets = target_lines(results)
-    print(json.dumps(info, indent=2))
-    print(plans)
-    if not args.plan_only:
-        print(runs)
-    print("\n".join(targets) or "(the targets concern 500M float32 and 1B bf16 only)")
+    printed = [plans] + ([] if args.plan_only else [runs])
+    printed.append("\n".join(targets) or "(the targets concern 500M float32 and 1B bf16 only)")
     settings = {
         "sigma": SIGMA,
         "strategy": "jaxes.open_es(P, 0.05, optimizer=...), defaults otherwise",
@@ -605,17 +565,11 @@ def main(argv: list[str]) -> None:
         "warmup_calls": WARMUP_CALLS,
         "memory_headroom": MEMORY_HEADROOM,
     }
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "results": results,
-        "plans_table": plans,
-        "runs_table": runs,
-        "targets": targets,
-    }
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
+    payload = {"settings": settings, "results": results, "plans_table": plans}
+    payload |= {"runs_table": runs, "targets": targets}
+    warnings = driver.shared_cpu_warnings([r for r in results if r["kind"] == "run"])
+    write_results(args.out, info, warnings, printed, payload)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, run_child, run)

@@ -51,16 +51,15 @@ benchmarks/results/brax_vs_brax_es.json, or brax_vs_brax_es_quick.json with `--q
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from _common import REPO, RESULTS, machine_info, print_result, quiet_import, spawn_child, write_json
+import _driver as driver
+from _children import quiet_import, spawn
+from _common import REPO, machine_info, write_json
 
 ENV = "inverted_pendulum"
 BACKEND = "spring"
@@ -83,9 +82,9 @@ HOPPER_P = 64
 
 def quiet_imports():
     """Imports JAX, Brax and jaxes with their import chatter silenced; starts the backend."""
-    jax = quiet_import("brax.envs", "brax.training.agents.es.train", "jaxes.train")
-    if jax.config.jax_compilation_cache_dir is not None:
-        raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
+    jax = quiet_import(
+        "brax.envs", "brax.training.agents.es.train", "jaxes.train", fresh_compiles=True
+    )
     jax.devices()
     return jax
 
@@ -304,7 +303,7 @@ def overhead(train_generations: int, reps: int) -> dict:
     step_fn = generation_step(strategy, task)
     # The state is donated, as the runner donates it: without that, every call also copies
     # the state's 64 MiB noise table (about 10 ms here), which training never does.
-    # Its process runs with jaxes' XLA options as XLA_FLAGS (`spawn`): every program here is
+    # Its process runs with jaxes' XLA options as XLA_FLAGS (`spawn_child`): every program here is
     # compiled as the runner compiles its own.
     step = jax.jit(step_fn, donate_argnums=0)
     evaluate = jax.jit(task.evaluate)
@@ -431,9 +430,9 @@ CHILDREN = {
 }
 
 
-def run_child(spec: dict) -> None:
+def run_child(spec: dict) -> dict:
     kind = spec.pop("kind")
-    print_result(CHILDREN[kind](**spec))
+    return CHILDREN[kind](**spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,18 +447,17 @@ def jaxes_xla_flags() -> str:
     return " ".join(f"--{k}={str(v).lower()}" for k, v in compilation.CPU_OPTIONS.items())
 
 
-def spawn(spec: dict, timeout: float) -> dict:
+def spawn_child(spec: dict, timeout: float) -> dict:
     """Runs one child in a fresh process; notes the CPU share other processes took meanwhile.
     The overhead and hopper children, which jit programs themselves, and Brax's second run get
     jaxes' XLA options as XLA_FLAGS (the jaxes run's runner adds them itself)."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     if spec["kind"] in ("brax_jaxes_xla", "overhead", "hopper"):
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {jaxes_xla_flags()}".strip()
-    child = spawn_child(__file__, spec, timeout, env)
-    if child.result is not None:
-        return child.result | {"other_cpu_share": round(child.other_cpu_share, 3)}
-    tail = (child.proc.stderr or child.proc.stdout)[-3000:]
-    raise RuntimeError(f"child {spec} failed with exit code {child.proc.returncode}:\n{tail}")
+    child = spawn(__file__, spec, timeout, env)
+    if child.result is None:
+        raise RuntimeError(f"child {spec} failed: {child.error}")
+    return child.result | {"other_cpu_share": round(child.other_cpu_share, 3)}
 
 
 def solve_runs(seeds: int, generations: int, timeout: float) -> list[dict]:
@@ -469,7 +467,7 @@ def solve_runs(seeds: int, generations: int, timeout: float) -> list[dict]:
     for seed in range(seeds):
         for lib in ALL_LIBS:
             spec = {"kind": lib, "seed": seed, "generations": generations}
-            result = spawn(spec, timeout) | {"library": lib, "seed": seed}
+            result = spawn_child(spec, timeout) | {"library": lib, "seed": seed}
             print(f"  {lib:5} seed {seed}: {fmt_solve(result)}", flush=True)
             runs.append(result)
     return runs
@@ -626,16 +624,12 @@ def format_report(result: dict) -> str:
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, small budgets (smoke run)")
+    parser = driver.parser(__doc__, "1 seed, small budgets (smoke run)", "brax_vs_brax_es", 1800)
     parser.add_argument("--seeds", type=int, default=None, help="seeds per library (default 3)")
     parser.add_argument("--generations", type=int, default=None, help="budget (default 100)")
     parser.add_argument("--overhead-train", type=int, default=None, help="default 20")
     parser.add_argument("--hopper-generations", type=int, default=None, help="default 6")
     parser.add_argument("--reps", type=int, default=None, help="timed calls (default 30)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
-    parser.add_argument("--out", default=None, help="JSON path")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {
@@ -650,16 +644,11 @@ def parse_args(argv: list[str]):
             setattr(args, name, value)
     if args.generations % EVAL_EVERY:
         parser.error(f"--generations must be a multiple of {EVAL_EVERY}")
-    name = "brax_vs_brax_es_quick.json" if quick else "brax_vs_brax_es.json"
-    args.out = Path(args.out) if args.out else RESULTS / name
+    args.out = args.out or driver.results_path("brax_vs_brax_es", quick)
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
-    if args.child:
-        run_child(json.loads(args.child))
-        return
+def run(args, argv: list[str]) -> None:
     result = {"machine": machine_info(argv, ("jax", "jaxlib", "brax"))}
     result["settings"] = {
         "env": ENV,
@@ -690,11 +679,11 @@ def main(argv: list[str]) -> None:
     print("2. ES overhead")
     for kind in ("overhead", "overhead_xla_defaults"):  # what training runs, then XLA's own
         spec = {"kind": kind, "train_generations": args.overhead_train, "reps": args.reps}
-        result[kind] = spawn(spec, args.timeout)
+        result[kind] = spawn_child(spec, args.timeout)
     print("3. hopper early exit")
     reps = max(3, args.reps // 5)
     spec = {"kind": "hopper", "generations": args.hopper_generations, "reps": reps}
-    result["hopper"] = spawn(spec, args.timeout)
+    result["hopper"] = spawn_child(spec, args.timeout)
     result["machine"]["load_average_at_end"] = os.getloadavg()
     report = format_report(result)
     print("\n" + report)
@@ -703,4 +692,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, run_child, run)

@@ -27,30 +27,34 @@ Run:
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
-from _common import RESULTS, machine_info, print_result, quiet_import, spawn_child, write_json
+import _driver as driver
+from _children import quiet_import, spawn
+from _common import machine_info, write_json
 from brax_vs_brax_es import jaxes_xla_flags
 
 PIECES = ("block", "train_scan", "evaluation", "generation", "rollout")
 OPTIONS = ("jaxes", "xla_defaults")
 
 
-def child(piece: str, env: str | None, calls: int) -> dict:
-    jax = quiet_import("brax.envs", "jaxes.train")
-    if jax.config.jax_compilation_cache_dir is not None:
-        raise RuntimeError("the persistent compilation cache is on; unset it for a fair timing")
+def run_child(spec: dict) -> dict:
+    return compile_piece(**spec)
+
+
+def compile_piece(piece: str, env: str | None, calls: int) -> dict:
+    """Lowers and compiles `piece` on `env`'s preset (None: brax_vs_brax_es' settings), then
+    times `calls` calls of it."""
+    jax = quiet_import("brax.envs", "jaxes.train", fresh_compiles=True)
     from brax_vs_brax_es import jaxes_config
-    from jaxes.strategies.common import centre
 
     from jaxes import training
     from jaxes.app.config import TrainConfig, build
     from jaxes.step import generation_step
+    from jaxes.strategies import centre
 
     strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig(env=env))
     state = training.init_state(strategy, task, 0)
@@ -96,38 +100,37 @@ def child(piece: str, env: str | None, calls: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, results="compile_profile[_ENV]")
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per piece")
     parser.add_argument("--env", help="an env's preset (`jaxes train --env ENV`) instead")
     parser.add_argument("--pieces", default=",".join(PIECES), help="comma-separated")
     parser.add_argument("--calls", type=int, default=5, help="timed calls per program")
-    parser.add_argument("--out", default=None, help="default results/compile_profile[_ENV].json")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print_result(child(**json.loads(args.child)))
-        return
+    args = parser.parse_args(argv)
     if args.calls < 1 or args.repeats < 1:
         parser.error("--calls and --repeats: expected ints >= 1")
-    pieces = args.pieces.split(",")
-    unknown = sorted(set(pieces) - set(PIECES))
+    args.pieces = args.pieces.split(",")
+    unknown = sorted(set(args.pieces) - set(PIECES))
     if unknown:
         parser.error(f"--pieces: unknown {unknown}; allowed: {list(PIECES)}")
     name = "compile_profile" + (f"_{args.env}" if args.env else "")
-    out = args.out or str(RESULTS / f"{name}.json")
-    info = machine_info(["benchmarks/compile_profile.py", *sys.argv[1:]])
+    args.out = args.out or driver.results_path(name)
+    return args
+
+
+def run(args, argv: list[str]) -> None:
+    info = machine_info(argv)
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     rows = {}
-    for piece in pieces:
+    for piece in args.pieces:
         runs = {name: [] for name in OPTIONS}
         for _ in range(args.repeats):
             for name in OPTIONS:
                 spec = {"piece": piece, "env": args.env, "calls": args.calls}
                 flags = {"jaxes": jaxes_xla_flags(), "xla_defaults": ""}[name]
-                done = spawn_child(__file__, spec, timeout=900, env={**env, "XLA_FLAGS": flags})
+                done = spawn(__file__, spec, 900, env={**env, "XLA_FLAGS": flags})
                 if done.result is None:
-                    raise RuntimeError(f"{spec}: the child failed:\n{done.proc.stderr[-2000:]}")
+                    raise RuntimeError(f"{spec}: the child failed: {done.error}")
                 runs[name].append(done.result)
         rows[piece] = {
             name: {
@@ -142,8 +145,8 @@ def main() -> None:
               f"(XLA defaults {xla['compile_s']:6.2f} s, ratio "
               f"{ours['compile_s'] / xla['compile_s']:.2f}), run {1e3 * ours['run_s']:7.1f} ms "
               f"(defaults {1e3 * xla['run_s']:7.1f} ms)", flush=True)  # fmt: skip
-    write_json(out, {"machine": info, "env": args.env or "brax_vs_brax_es", "pieces": rows})
+    write_json(args.out, {"machine": info, "env": args.env or "brax_vs_brax_es", "pieces": rows})
 
 
 if __name__ == "__main__":
-    main()
+    driver.main(sys.argv, parse_args, run_child, run)

@@ -84,17 +84,14 @@ benchmarks/results/functions.json, or functions_quick.json with `--quick`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import resource
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from _common import RESULTS, busy_cpu_seconds, finish_machine_info, machine_info, write_json
+import _driver as driver
+from _children import CpuWatch
+from _common import machine_info, write_results
 
 STRATEGIES = ["open_es", "pgpe", "snes", "sep_cma_es", "ars"]
 FUNCTIONS = ["sphere", "rosenbrock", "rastrigin", "ackley"]
@@ -279,11 +276,6 @@ def seed_inputs(seeds: int, d: int):
     return keys, x0s
 
 
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_case(library: str, strategy: str, function: str, d: int, args) -> dict:
     import jax
     import numpy as np
@@ -316,12 +308,10 @@ def run_case(library: str, strategy: str, function: str, d: int, args) -> dict:
         best, curve = jax.block_until_ready(compiled(keys, x0s))  # warm-up
         seconds, other = [], []
         for _ in range(args.repeats):
-            busy0, own0, start = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
-            best, curve = jax.block_until_ready(compiled(keys, x0s))
-            wall = time.perf_counter() - start
-            others = busy_cpu_seconds() - busy0 - (own_cpu_seconds() - own0)
-            seconds.append(wall)
-            other.append(max(0.0, others) / (wall * (os.cpu_count() or 1)))
+            with CpuWatch() as watch:
+                best, curve = jax.block_until_ready(compiled(keys, x0s))
+            seconds.append(watch.wall)
+            other.append(watch.other_cpu_share)
     except Exception as e:  # keep going: report the failure in its row
         first_line = (str(e).strip().splitlines() or [""])[0][:300]
         return row | {"error": f"{type(e).__name__}: {first_line}"}
@@ -379,42 +369,40 @@ def compare(results: list[dict]) -> list[dict]:
     return rows
 
 
+COLUMNS = (
+    "function | d | strategy | evosax median best | jaxes median best | evosax ms/gen "
+    "| jaxes ms/gen | time jaxes/evosax | jaxes matches or beats"
+)
+
+
 def format_table(rows: list[dict], seeds: int) -> str:
     def num(v, spec=".3g"):
         return "n/a" if v is None else format(v, spec)
 
-    head = (
-        "| function | d | strategy | evosax median best | jaxes median best | evosax ms/gen "
-        "| jaxes ms/gen | time jaxes/evosax | jaxes matches or beats |\n"
-        "|---|---:|---|---:|---:|---:|---:|---:|---|"
-    )
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"| {r['function']} | {r['d']} | {r['strategy']} | {num(r['evosax_median_best'])} "
-            f"| {num(r['jaxes_median_best'])} | {num(r['evosax_ms_per_gen'], '.3f')} "
-            f"| {num(r['jaxes_ms_per_gen'], '.3f')} "
-            f"| {num(r['time_ratio_jaxes_over_evosax'], '.2f')} "
-            f"| {r['jaxes_matches_or_beats'] or 'n/a'} |"
-        )
+    cells = [
+        [
+            r["function"],
+            str(r["d"]),
+            r["strategy"],
+            num(r["evosax_median_best"]),
+            num(r["jaxes_median_best"]),
+            num(r["evosax_ms_per_gen"], ".3f"),
+            num(r["jaxes_ms_per_gen"], ".3f"),
+            num(r["time_ratio_jaxes_over_evosax"], ".2f"),
+            r["jaxes_matches_or_beats"] or "n/a",
+        ]
+        for r in rows
+    ]
     note = (
         f"median best: median over {seeds} seeds of min f over all members evaluated; "
         f"ms/gen: one generation of all {seeds} seeds at once (vmapped), compile excluded."
     )
-    return "\n".join(lines) + "\n\n" + note
+    return driver.markdown_table(COLUMNS, "lrlrrrrrl", cells) + "\n\n" + note
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="d=10, sphere and rastrigin, 50 gens, 2 seeds"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="JSON results path (default: benchmarks/results/functions.json, or "
-        "functions_quick.json with --quick)",
-    )
+    quick = "d=10, sphere and rastrigin, 50 gens, 2 seeds"
+    parser = driver.parser(__doc__, quick, "functions", child=False)
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="subset to run")
     parser.add_argument("--functions", nargs="+", choices=FUNCTIONS, help="subset to run")
     parser.add_argument("--dims", nargs="+", type=int, choices=DIMS, help="subset to run")
@@ -431,13 +419,11 @@ def parse_args(argv: list[str]):
     args.functions = args.functions or FUNCTIONS
     args.dims = args.dims or DIMS
     args.seeds = args.seeds or SEEDS
-    if args.out is None:
-        args.out = RESULTS / ("functions_quick.json" if args.quick else "functions.json")
+    args.out = args.out or driver.results_path("functions", args.quick)
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     results = []
     for d in args.dims:
@@ -451,10 +437,6 @@ def main(argv: list[str]) -> None:
                         f"compile {r['compile_s']:.1f} s"
                     )
                     print(f"{function} d={d} {strategy} {library}: {status}", file=sys.stderr)
-    warnings = []
-    if max((r.get("other_cpu_share", 0.0) for r in results), default=0.0) > 0.05:
-        warnings.append("other processes took > 5% of the CPU during some timed calls")
-    finish_machine_info(info, warnings)
     rows = compare(results)
     table = format_table(rows, args.seeds)
     settings = {
@@ -470,18 +452,9 @@ def main(argv: list[str]) -> None:
         "timing": f"median of {args.repeats} calls after compile and one warm-up call",
         "verdict_tolerance": {"rtol": RTOL, "atol": ATOL},
     }
-    print(json.dumps(info, indent=2))
-    print(table)
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "table_rows": rows,
-        "table": table,
-        "results": results,
-    }
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
+    payload = {"settings": settings, "table_rows": rows, "table": table, "results": results}
+    write_results(args.out, info, driver.shared_cpu_warnings(results), [table], payload)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)

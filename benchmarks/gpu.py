@@ -14,7 +14,6 @@ Writes benchmarks/results/gpu.json (or --out) and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import platform
@@ -23,7 +22,9 @@ import sys
 import time
 import warnings
 
-from _common import print_result, quiet_import, spawn_child, write_json
+import _driver as driver
+from _children import quiet_import, spawn
+from _common import write_json
 
 ENV, EPISODE, HIDDEN, SIGMA, LR = "hopper", 1000, (64, 64), 0.05, 0.01
 
@@ -116,27 +117,27 @@ def brax_rate(population: int, backend: str, episode: int, generations: int) -> 
     }
 
 
-def child(spec: dict) -> None:
+def run_child(spec: dict) -> dict:
     fn = {"jaxes": jaxes_rate, "brax": brax_rate}[spec.pop("lib")]
-    print_result(fn(**spec))
+    return fn(**spec)
 
 
-def spawn(spec: dict) -> dict:
-    child = spawn_child(__file__, spec, timeout=3600)
+def spawn_rate(spec: dict) -> dict:
+    child = spawn(__file__, spec, timeout=3600)
     if child.result is not None:
         return child.result
-    return {"error": (child.proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return {"error": child.error.strip().splitlines()[-1]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny CPU smoke run")
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, "tiny CPU smoke run", "gpu")
     parser.add_argument("--backend", default="generalized", help="Brax backend for both")
-    parser.add_argument("--out", default="benchmarks/results/gpu.json")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        return child(json.loads(args.child))
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("gpu")  # --quick too
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     populations = [16, 32] if args.quick else [1024, 4096, 16384]
     episode, generations = (50, 2) if args.quick else (EPISODE, 5)
     rows = []
@@ -149,8 +150,8 @@ def main() -> None:
         }
         row = {
             "population": p,
-            "jaxes": spawn({"lib": "jaxes", **spec}),
-            "brax_es": spawn({"lib": "brax", **spec}),
+            "jaxes": spawn_rate({"lib": "jaxes", **spec}),
+            "brax_es": spawn_rate({"lib": "brax", **spec}),
         }
         j, b = row["jaxes"], row["brax_es"]
         if "error" not in j and "error" not in b:
@@ -162,7 +163,7 @@ def main() -> None:
     import jax
 
     result = {
-        "command": "python " + " ".join(sys.argv),
+        "command": "python " + " ".join(argv),
         "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()]},
         "date": time.strftime("%Y-%m-%d"),
         "settings": {"env": ENV, "episode": episode, "hidden": HIDDEN, "sigma": SIGMA, "lr": LR},
@@ -181,4 +182,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    driver.main(sys.argv, parse_args, run_child, run)

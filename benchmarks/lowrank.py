@@ -82,26 +82,16 @@ or `--out`; backend "cpu" or "gpu", from the children) and prints a table.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import re
-import resource
 import statistics
 import sys
 import time
-import traceback
-from pathlib import Path
 
-from _common import (
-    RESULTS,
-    finish_machine_info,
-    machine_info,
-    print_result,
-    spawn_result,
-    write_json,
-)
+import _driver as driver
+from _children import guarded, spawn_all
+from _common import machine_info, write_results
 
 SIGMA = 0.01
 LEARNING_RATE = 1e-3  # Adam; small against weights of scale 1/sqrt(width)
@@ -114,8 +104,6 @@ DEFAULT_RANKS = "1,4,16"
 DEFAULT_BATCH = 16
 MEMORY_HEADROOM = 0.9
 POPULATION_BYTES = 7 * 10**9  # the materialised population's bytes that the default P allows
-MAX_OTHER_CPU_SHARE = 0.05
-SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 GIB = 2**30
 TARGET_LOWRANK_SHARE = 0.5  # lowrank r=1 throughput / inference throughput
 TARGET_SPEEDUP = 10.0  # full-rank s/gen / low-rank s/gen at 100M
@@ -130,15 +118,7 @@ TARGET_SIZE = 100_000_000
 def parse_size(text: str) -> dict:
     """ "100M" -> {"size": "100M", "n": ..., "width": 4096, "layers": 6, "params": ...}."""
     name = text.strip().upper()
-    number, suffix = (name[:-1], name[-1]) if name[-1:].isalpha() else (name, "")
-    if suffix and suffix not in SUFFIXES:
-        raise argparse.ArgumentTypeError(f"size {text!r}: unknown suffix (K, M, B)")
-    try:
-        n = int(float(number) * SUFFIXES.get(suffix, 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected e.g. 10M, 100M") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r}: must be positive")
+    n = driver.parse_count(name, "10M, 100M")
     width = next((w for w in WIDTHS if n / w**2 >= MIN_LAYERS), WIDTHS[-1])
     layers = max(1, round(n / width**2))
     return {"size": name, "n": n, "width": width, "layers": layers, "params": layers * width**2}
@@ -171,31 +151,6 @@ def label(r: dict) -> str:
 
 def progress(spec: dict, message: str) -> None:
     print(f"  [{spec['size']} {label(spec)} P={spec['P']}] {message}", file=sys.stderr, flush=True)
-
-
-def mem_available_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def plan_of(compiled) -> dict:
-    stats = compiled.memory_analysis()
-    arg, out = stats.argument_size_in_bytes, stats.output_size_in_bytes
-    temp, alias = stats.temp_size_in_bytes, stats.alias_size_in_bytes
-    return {
-        "argument_bytes": arg,
-        "output_bytes": out,
-        "temp_bytes": temp,
-        "alias_bytes": alias,
-        "peak_bytes": arg + temp + out,
-        "peak_minus_alias_bytes": arg + temp + out - alias,
-    }
 
 
 _ITEMSIZE = {"f64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s8": 1, "u8": 1}
@@ -382,15 +337,9 @@ def samples_after(first: float, repeats: int, cap: float) -> int:
     return min(repeats, max(1, int(cap // first)))
 
 
+@guarded
 def run_child(spec: dict) -> dict:
-    try:
-        return spec | run_child_unguarded(spec)
-    except Exception as error:  # an allocation failure, a library error: a row, not a crash
-        tail = traceback.format_exc()[-3000:]
-        return spec | {"status": "error", "error": f"{type(error).__name__}: {tail}"}
-
-
-def run_child_unguarded(spec: dict) -> dict:
+    """One (size, method): its memory plans, then its timings (see the module docstring)."""
     import jax
     import jax.numpy as jnp
 
@@ -406,7 +355,7 @@ def run_child_unguarded(spec: dict) -> dict:
         start = time.perf_counter()
         compiled = jax.jit(evaluate).lower(params, inputs).compile()
         out["compile_s"] = time.perf_counter() - start
-        out["plan"] = out["eval_plan"] = plan_of(compiled)
+        out["plan"] = out["eval_plan"] = driver.memory_plan(compiled)
         out["fusions"] = fusion_count(compiled)
         with Clock() as warm:
             fitness = jax.block_until_ready(compiled(params, inputs))
@@ -423,7 +372,7 @@ def run_child_unguarded(spec: dict) -> dict:
             out[f"{part}_cpu_s"] = statistics.median(c.cpu for c in clocks)
         out["warmup_s"] = warm.wall
         out["fitness_mean"] = float(jnp.mean(fitness))
-        out["peak_rss_mib"] = rss_mib()
+        out["peak_rss_mib"] = driver.peak_rss_mib()
         return out
 
     state = es.init(jax.random.key(0), params)
@@ -435,15 +384,15 @@ def run_child_unguarded(spec: dict) -> dict:
     start = time.perf_counter()
     gen_c = jax.jit(generation, donate_argnums=0).lower(abstract, keys[0], inputs).compile()
     out["compile_s"] = time.perf_counter() - start
-    out["plan"] = plan_of(gen_c)
+    out["plan"] = driver.memory_plan(gen_c)
     ask_c = jax.jit(ask, donate_argnums=0).lower(abstract, keys[0]).compile()
     asked_abstract, extra_abstract = jax.eval_shape(ask, abstract, keys[0])
     eval_c = jax.jit(evaluate).lower(asked_abstract, extra_abstract, inputs).compile()
     fitness_abstract = jax.ShapeDtypeStruct((P,), jnp.float32)
     tell_c = jax.jit(tell, donate_argnums=0).lower(asked_abstract, fitness_abstract).compile()
-    out["eval_plan"] = plan_of(eval_c)
-    out["ask_plan"] = plan_of(ask_c)
-    out["tell_plan"] = plan_of(tell_c)
+    out["eval_plan"] = driver.memory_plan(eval_c)
+    out["ask_plan"] = driver.memory_plan(ask_c)
+    out["tell_plan"] = driver.memory_plan(tell_c)
     out["fusions"] = {
         "gen": fusion_count(gen_c),
         "eval": fusion_count(eval_c),
@@ -458,7 +407,7 @@ def run_child_unguarded(spec: dict) -> dict:
         needed = max(
             needed, out["ask_plan"]["peak_minus_alias_bytes"] + out["eval_plan"]["temp_bytes"]
         )
-    available = mem_available_bytes()
+    available = driver.mem_available_bytes()
     out["mem_available_at_start_gib"] = available / GIB
     out["needed_gib"] = needed / GIB
     progress(
@@ -499,7 +448,7 @@ def run_child_unguarded(spec: dict) -> dict:
                 "gen_s": P * per + t.wall,
                 "gen_cpu_s": P * per_cpu + t.cpu,
                 "gen_samples": 0,
-                "peak_rss_mib": rss_mib(),
+                "peak_rss_mib": driver.peak_rss_mib(),
             }
             progress(spec, f"estimated {out['gen_s']:.1f} s/gen (over --lean-budget): not run")
             return out
@@ -584,7 +533,7 @@ def run_child_unguarded(spec: dict) -> dict:
     out["gen_cpu_s"] = statistics.median(c.cpu for c in clocks)
     out["fitness_mean_last"] = float(fmean)
     out["generations_run"] = k - 1
-    out["peak_rss_mib"] = rss_mib()
+    out["peak_rss_mib"] = driver.peak_rss_mib()
     progress(spec, f"generation {out['gen_s']:.3f} s ({len(clocks)} sample(s))")
     return out
 
@@ -592,10 +541,6 @@ def run_child_unguarded(spec: dict) -> dict:
 # --------------------------------------------------------------------------------------------
 # Parent: spawn the children, tabulate, check the targets, write JSON.
 # --------------------------------------------------------------------------------------------
-
-
-def spawn(spec: dict, args) -> dict:
-    return spawn_result(__file__, spec, args.timeout)
 
 
 REFERENCES = ("inference", "inference_split")
@@ -659,46 +604,42 @@ def times(x) -> str:
 
 
 COLUMNS = (
-    "| size | layers x width | P | batch | method | s/gen | n | eval s | tell s | CPU s/gen "
+    "size | layers x width | P | batch | method | s/gen | n | eval s | tell s | CPU s/gen "
     "| CPU eval s | members/s gen | members/s eval | gen/inf | eval/inf | gen/inf-split "
     "| eval/inf-split | CPU gen/best-inf | CPU eval/best-inf | materialised s/gen / this "
-    "| peak GiB | peak - alias GiB | eval peak GiB |"
+    "| peak GiB | peak - alias GiB | eval peak GiB"
 )
 
 
 def format_table(results: list[dict]) -> str:
-    rows = [COLUMNS, "|---|---|---:|---:|---|" + "---:|" * 18]
-    for r in results:
-        cells = (
-            f"| {r['size']} | {r['layers']} x {r['width']} | {r['P']} | {r['batch']} | {label(r)} "
-        )
-        plan = r.get("plan")
-        memory = (
-            f"| {fmt_gib(plan['peak_bytes'])} | {fmt_gib(plan['peak_minus_alias_bytes'])} "
-            f"| {fmt_gib(r['eval_plan']['peak_bytes'])} |"
-            if plan
-            else "| | | |"
-        )
-        if r["status"] not in MEASURED:
-            why = r.get("error", "").split("\n", 1)[0][:110]
-            rows.append(cells + f"| {r['status']}: {why} |" + " |" * 14 + memory)
-            continue
-        n = r["gen_samples"] or "1 (warm-up)"
-        mark = ""
-        if r["status"] == "estimated":
-            n, mark = "estimated (2 members timed)", "~"
-        tell = fmt_s(r["tell_s"]) if "tell_s" in r else ""
-        rows.append(
-            cells + f"| {mark}{fmt_s(r['gen_s'])} | {n} | {mark}{fmt_s(r['eval_s'])} | {tell} "
-            f"| {mark}{fmt_s(r['gen_cpu_s'])} | {mark}{fmt_s(r['eval_cpu_s'])} "
-            f"| {r['gen_members_per_s']:.3g} | {r['eval_members_per_s']:.3g} "
-            f"| {pct(r.get('gen_vs_inference'))} | {pct(r.get('eval_vs_inference'))} "
-            f"| {pct(r.get('gen_vs_inference_split'))} | {pct(r.get('eval_vs_inference_split'))} "
-            f"| {pct(r.get('gen_vs_best_inference_cpu'))} "
-            f"| {pct(r.get('eval_vs_best_inference_cpu'))} "
-            f"| {times(r.get('materialised_over_this'))} " + memory
-        )
-    return "\n".join(rows)
+    return driver.markdown_table(COLUMNS, "llrrl" + "r" * 18, [table_row(r) for r in results])
+
+
+def table_row(r: dict) -> list[str | None]:
+    cells = [r["size"], f"{r['layers']} x {r['width']}", str(r["P"]), str(r["batch"]), label(r)]
+    plan = r.get("plan")
+    memory = [None] * 3
+    if plan:
+        peaks = (plan["peak_bytes"], plan["peak_minus_alias_bytes"], r["eval_plan"]["peak_bytes"])
+        memory = [fmt_gib(x) for x in peaks]
+    if r["status"] not in MEASURED:
+        why = r.get("error", "").split("\n", 1)[0][:110]
+        return cells + [f"{r['status']}: {why}"] + [None] * 14 + memory
+    n = r["gen_samples"] or "1 (warm-up)"
+    mark = ""
+    if r["status"] == "estimated":
+        n, mark = "estimated (2 members timed)", "~"
+    ratios = ("inference", "inference_split", "best_inference_cpu")
+    return (
+        cells
+        + [f"{mark}{fmt_s(r['gen_s'])}", str(n), f"{mark}{fmt_s(r['eval_s'])}"]
+        + [fmt_s(r["tell_s"]) if "tell_s" in r else ""]
+        + [f"{mark}{fmt_s(r['gen_cpu_s'])}", f"{mark}{fmt_s(r['eval_cpu_s'])}"]
+        + [f"{r['gen_members_per_s']:.3g}", f"{r['eval_members_per_s']:.3g}"]
+        + [pct(r.get(f"{part}_vs_{ref}")) for ref in ratios for part in ("gen", "eval")]
+        + [times(r.get("materialised_over_this"))]
+        + memory
+    )
 
 
 def target_lines(results: list[dict]) -> list[str]:
@@ -743,15 +684,17 @@ def target_lines(results: list[dict]) -> list[str]:
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = driver.parser(
+        __doc__, f"{QUICK_SIZES} parameters (< 1 min)", "lowrank-<backend>", 1800
+    )
     parser.add_argument(
         "--sizes",
-        type=lambda s: [parse_size(x) for x in s.split(",")],
+        type=driver.comma_list(parse_size),
         help=f"comma-separated sizes (default {DEFAULT_SIZES}; --quick: {QUICK_SIZES})",
     )
     parser.add_argument(
         "--ranks",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=driver.comma_list(int),
         help=f"low-rank ranks (default {DEFAULT_RANKS}; --quick: {QUICK_RANKS})",
     )
     parser.add_argument(
@@ -784,18 +727,12 @@ def parse_args(argv: list[str]):
         help="estimate the lean row from 2 timed members when all P would take longer than "
         "this many seconds (0: always run it; default 60)",
     )
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_SIZES} parameters (< 1 min)")
     parser.add_argument("--force", action="store_true", help="run even when the plan won't fit")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
-    parser.add_argument("--out", type=Path, help="JSON results path")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sizes is None:
-        args.sizes = [
-            parse_size(x) for x in (QUICK_SIZES if args.quick else DEFAULT_SIZES).split(",")
-        ]
+        args.sizes = driver.comma_list(parse_size)(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     if args.ranks is None:
-        args.ranks = [int(x) for x in (QUICK_RANKS if args.quick else DEFAULT_RANKS).split(",")]
+        args.ranks = driver.comma_list(int)(QUICK_RANKS if args.quick else DEFAULT_RANKS)
     if args.batch is None:
         args.batch = 8 if args.quick else DEFAULT_BATCH
     if args.repeats is None:
@@ -809,12 +746,8 @@ def parse_args(argv: list[str]):
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
-    if args.child:
-        print_result(run_child(json.loads(args.child)))
-        return
-    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=False)
+def plan_specs(args) -> list[dict]:
+    """The children to run: every method at every size, smallest size first."""
     specs = []
     for size in sorted(args.sizes, key=lambda s: s["params"]):
         p = args.population or (8 if args.quick else default_population(size["params"]))
@@ -833,36 +766,27 @@ def main(argv: list[str]) -> None:
                     "force": args.force,
                 }
             )
-    results = []
-    start = time.perf_counter()
-    for i, spec in enumerate(specs):
-        print(
-            f"[{i + 1}/{len(specs)}] {spec['size']} ({spec['layers']} x {spec['width']}) "
-            f"{label(spec)} P={spec['P']} batch={spec['batch']}",
-            file=sys.stderr,
-        )
-        result = spawn(spec, args)
-        results.append(result)
-        if result["status"] in MEASURED:
-            status = f"{result['gen_s']:.3f} s/gen, eval {result['eval_s']:.3f} s"
-            status += " (estimated)" if result["status"] == "estimated" else ""
-        else:
-            error = (result.get("error") or "?").splitlines()[0]
-            status = f"{result['status']}: {error[:120]}"
-        print(
-            f"    -> {status} (child {result.get('child_wall_s', 0):.0f} s, "
-            f"total {time.perf_counter() - start:.0f} s)",
-            file=sys.stderr,
-        )
-    add_ratios(results)
-    backend = next((r["backend"] for r in results if "backend" in r), "cpu")
-    info["jax_backend"] = backend
-    warnings = []
-    if any(r.get("other_cpu_share", 0) > MAX_OTHER_CPU_SHARE for r in results):
-        warnings.append(
-            f"other processes took > {100 * MAX_OTHER_CPU_SHARE:.0f}% of the CPU during some "
-            "runs (other_cpu_share)"
-        )
+    return specs
+
+
+def describe(spec: dict) -> str:
+    return (
+        f"{spec['size']} ({spec['layers']} x {spec['width']}) {label(spec)} P={spec['P']} "
+        f"batch={spec['batch']}"
+    )
+
+
+def child_status(result: dict) -> str:
+    if result["status"] in MEASURED:
+        status = f"{result['gen_s']:.3f} s/gen, eval {result['eval_s']:.3f} s"
+        return status + (" (estimated)" if result["status"] == "estimated" else "")
+    error = (result.get("error") or "?").splitlines()[0]
+    return f"{result['status']}: {error[:120]}"
+
+
+def run_warnings(results: list[dict]) -> list[str]:
+    """The header's warnings: a shared CPU, and the rows skipped, estimated or failed."""
+    warnings = driver.shared_cpu_warnings(results)
     skipped = [f"{r['size']} {label(r)}" for r in results if r["status"] == "skipped"]
     if skipped:
         warnings.append("skipped (memory plan does not fit): " + ", ".join(skipped))
@@ -875,16 +799,21 @@ def main(argv: list[str]) -> None:
     failed = [x for x in failed if x not in skipped]
     if failed:
         warnings.append("failed: " + ", ".join(failed))
-    finish_machine_info(info, warnings)
+    return warnings
+
+
+def run(args, argv: list[str]) -> None:
+    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=False)
+    start = time.perf_counter()
+    results = spawn_all(__file__, plan_specs(args), args.timeout, describe, child_status)
+    add_ratios(results)
+    backend = next((r["backend"] for r in results if "backend" in r), "cpu")
+    info["jax_backend"] = backend
+    warnings = run_warnings(results)
     table = format_table(results)
     targets = target_lines(results)
-    print(json.dumps(info, indent=2))
-    print(table)
-    print("\n".join(targets))
-    for w in warnings:
-        print(f"warning: {w}")
     if args.out is None:
-        args.out = RESULTS / f"lowrank-{backend}{'_quick' if args.quick else ''}.json"
+        args.out = driver.results_path(f"lowrank-{backend}", args.quick)
     settings = {
         "sigma": SIGMA,
         "strategy": f"jaxes.open_es(P, {SIGMA}, learning_rate={LEARNING_RATE}, "
@@ -897,16 +826,10 @@ def main(argv: list[str]) -> None:
         "time_total_s": time.perf_counter() - start,
         "cpu_count": os.cpu_count(),
     }
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "results": results,
-        "table": table,
-        "targets": targets,
-    }
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
+    printed = [table, "\n".join(targets), *[f"warning: {w}" for w in warnings]]
+    payload = {"settings": settings, "results": results, "table": table, "targets": targets}
+    write_results(args.out, info, warnings, printed, payload)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, run_child, run)

@@ -57,7 +57,6 @@ benchmarks/results/regimes.json, or regimes_quick.json with `--quick`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -65,17 +64,11 @@ import statistics
 import sys
 import time
 import warnings
-from pathlib import Path
 
-from _common import (
-    RESULTS,
-    finish_machine_info,
-    machine_info,
-    print_result,
-    quiet_import,
-    spawn_result,
-    write_json,
-)
+import _driver as driver
+from _children import quiet_import, spawn_all
+from _common import machine_info, write_results
+from asktell import evosax_open_es
 
 SIGMA = 0.05
 LEARNING_RATE = 0.01  # open_es only; snes and sep_cma_es run at their own defaults
@@ -99,7 +92,6 @@ SEEDS_REPEATS = 3
 BIG_CELL = 10**7  # d·P from which the target is 3x
 TARGET_RATIO, TARGET_BIG_RATIO = 1.0, 3.0
 TARGET_INIT_MS = 1.0
-MAX_OTHER_CPU_SHARE = 0.05  # warn when other processes took more of the CPU than this
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,22 +109,14 @@ def jaxes_strategy(name: str, p: int):
 
 
 def evosax_strategy(name: str, d: int, p: int):
-    """The evosax counterpart and its params, built as benchmarks/asktell.py builds Open_ES."""
+    """The evosax counterpart and its params; Open_ES as benchmarks/asktell.py builds it."""
     import jax.numpy as jnp
-    import optax
     from evosax import algorithms
 
-    cls = getattr(algorithms, EVOSAX_NAMES[name])
     if name == "open_es":
-        es = cls(
-            population_size=p,
-            solution=jnp.zeros(d),
-            use_antithetic_sampling=True,
-            optimizer=optax.adam(LEARNING_RATE),
-            std_schedule=optax.constant_schedule(SIGMA),
-        )
+        es = evosax_open_es(d, p)
         return es, es.default_params
-    es = cls(population_size=p, solution=jnp.zeros(d))
+    es = getattr(algorithms, EVOSAX_NAMES[name])(population_size=p, solution=jnp.zeros(d))
     # SNES and Sep-CMA-ES take their initial σ from the params, not the constructor.
     return es, es.default_params.replace(std_init=SIGMA)
 
@@ -462,14 +446,14 @@ def format_table(cells: list[dict], styles: list[str]) -> str:
         else:
             head += [f"{style} jaxes ms", f"{style} evosax ms", f"{style} ratio"]
     head.append("CPU taken by others")
-    rows = ["| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(head) - 3)]
+    rows = []
     for cell in cells:
         cols = [cell["strategy"], f"{cell['d']:,}", str(cell["P"])]
         for style in styles:
             cols += cell_columns(cell, style)
         cols.append(f"{cell.get('other_cpu_share', 0.0):.0%}")
-        rows.append("| " + " | ".join(cols) + " |")
-    return "\n".join(rows)
+        rows.append(cols)
+    return driver.markdown_table(" | ".join(head), "l" + "r" * (len(head) - 1), rows)
 
 
 def format_init(init: dict) -> str:
@@ -532,24 +516,15 @@ def by_style(counts: dict[str, int]) -> str:
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="d in {10, 1000}, P=16, open_es only, a 50-generation seeds run",
-    )
+    quick = "d in {10, 1000}, P=16, open_es only, a 50-generation seeds run"
+    parser = driver.parser(__doc__, quick, "regimes", timeout=1800)
     parser.add_argument("--dims", type=int, nargs="+", help=f"dimensions (default {DIMS})")
     parser.add_argument("--pops", type=int, nargs="+", help=f"population sizes (default {POPS})")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="default: all")
     parser.add_argument("--styles", nargs="+", choices=STYLES, help="default: all")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="JSON results path (default: benchmarks/results/regimes.json, or regimes_quick.json)",
-    )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("regimes", args.quick)
+    return args
 
 
 def plan(args) -> list[dict]:
@@ -570,33 +545,19 @@ def plan(args) -> list[dict]:
     return specs
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
-    if args.child:
-        print_result(run_child(json.loads(args.child)))
-        return
-    if args.out is None:
-        args.out = RESULTS / ("regimes_quick.json" if args.quick else "regimes.json")
+def run(args, argv: list[str]) -> None:
     start = time.perf_counter()
     info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     specs = plan(args)
-    results = []
-    for spec in specs:
-        print(f"running {json.dumps(spec)}", file=sys.stderr)
-        results.append(spawn_result(__file__, spec, args.timeout))
+    results = spawn_all(__file__, specs, args.timeout, json.dumps, lambda r: r.get("status", "ok"))
     cells = [add_ratios(r) for r in results if r["kind"] == "cell"]
     init = next(r for r in results if r["kind"] == "init")
     seeds = next((r for r in results if r["kind"] == "seeds"), None)
     styles = specs[0]["styles"] if cells else []
     warns = [f"{r['kind']} child failed: {r['status']}" for r in results if "status" in r]
-    if max(r.get("other_cpu_share", 0.0) for r in results) > MAX_OTHER_CPU_SHARE:
-        warns.append("other processes took CPU time during some runs (see other_cpu_share)")
-    finish_machine_info(info, warns)
     table = format_table(cells, styles)
     lines = [format_init(init)] + ([format_seeds(seeds)] if seeds else [])
     lines.append(summary_line(cells, styles))
-    print(table)
-    print("\n".join(lines))
     settings = {
         "sigma": SIGMA,
         "open_es": f"jaxes.open_es(P, sigma={SIGMA}, learning_rate={LEARNING_RATE}) vs "
@@ -608,19 +569,11 @@ def main(argv: list[str]) -> None:
         "block": f">= {MIN_BLOCK_S} s, {MIN_GENS}..{MAX_GENS} generations, median of {BLOCKS}",
         "ratio": "evosax ms / jaxes ms; generation_step against evosax fused",
     }
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "cells": cells,
-        "init": init,
-        "seeds": seeds,
-        "table": table,
-        "summary": lines,
-        "wall_s": time.perf_counter() - start,
-    }
-    write_json(args.out, payload)
-    print(f"wrote {args.out} in {payload['wall_s']:.0f} s", file=sys.stderr)
+    payload = {"settings": settings, "cells": cells, "init": init, "seeds": seeds}
+    payload |= {"table": table, "summary": lines, "wall_s": time.perf_counter() - start}
+    warns += driver.shared_cpu_warnings(results)
+    write_results(args.out, info, warns, [table, "\n".join(lines)], payload, show_machine=False)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, run_child, run)

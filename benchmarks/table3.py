@@ -85,17 +85,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (
-    REPO,
-    RESULTS,
-    finish_machine_info,
-    machine_info,
-    print_result,
-    quiet_import,
-    spawn_child,
-    utc_now,
-    write_json,
-)
+import _driver as driver
+from _children import quiet_import, spawn
+from _common import REPO, RESULTS, finish_machine_info, machine_info, utc_now, write_json
 
 from jaxes.app import presets
 
@@ -749,12 +741,9 @@ def run_brax_env(record: dict, args, path: Path) -> None:
     )
     started, machine = utc_now(), machine_info(args.argv, ("jax", "jaxlib", "brax"))
     t0 = time.perf_counter()
-    try:
-        child = spawn_child(__file__, spec, timeout=wall_budget)
-        bound = "timesteps" if child.result is not None else None
-        failure = None if child.result else (child.proc.stderr or "")[-3000:]
-    except subprocess.TimeoutExpired:
-        bound, failure = "wall clock", None
+    child = spawn(__file__, spec, timeout=wall_budget)
+    bound = {"ok": "timesteps", "timeout": "wall clock"}.get(child.status)
+    failure = None if bound else child.error
     seconds = time.perf_counter() - t0
     finish_machine_info(machine, [])
     points = read_metrics(curve_path)
@@ -1017,7 +1006,7 @@ def env_list(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = driver.parser(__doc__, "smoke run (see the docstring)", out=False)
     parser.add_argument("--envs", type=env_list, default=None, help="a,b or all (default all)")
     parser.add_argument("--seeds", default=None, help="as jaxes train takes them (default 0-2)")
     parser.add_argument("--wall-minutes", type=float, default=15.0, help="per env, all seeds")
@@ -1039,10 +1028,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--runs", type=Path, default=None, help=f"default {DEFAULT_RUNS}")
     parser.add_argument("--write-docs", action="store_true", help="update docs + the plot")
     parser.add_argument("--docs", type=Path, default=DOCS, help="markdown file for --write-docs")
-    parser.add_argument("--quick", action="store_true", help="smoke run (see the docstring)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv[1:])
-    args.argv = argv
+    args = parser.parse_args(argv)
     if args.child:
         return args
     if args.quick:
@@ -1066,11 +1052,8 @@ def parse_args(argv: list[str]):
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv)
-    if args.child:
-        print_result(brax_child(json.loads(args.child)))
-        return
+def run(args, argv: list[str]) -> None:
+    args.argv = argv
     records = []
     for env in args.envs:
         path = args.results / f"{env}.json"
@@ -1091,4 +1074,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, brax_child, run)
