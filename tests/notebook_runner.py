@@ -1,4 +1,10 @@
-"""Runs a notebook top to bottom in quick mode and returns the text it printed."""
+"""Runs a notebook top to bottom in quick mode and returns the text it printed.
+
+A notebook must run from any working directory (it imports only installed packages and reads
+no path relative to itself): ``run_notebook`` starts the kernel in the repository root unless
+told otherwise, and the slow notebooks' tests run theirs from ``notebooks/``, so both are
+exercised without running any notebook twice.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,15 @@ import nbformat
 from helpers import NUMBER, number  # noqa: F401  (the notebooks' tests read numbers with them)
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 
 
-def run_notebook(name: str, timeout: int = 600) -> tuple[str, nbformat.NotebookNode]:
-    """Executes ``notebooks/<name>`` (``JAXES_QUICK=1``) in a fresh kernel.
+def run_notebook(
+    name: str, timeout: int = 600, cwd: Path = ROOT
+) -> tuple[str, nbformat.NotebookNode]:
+    """Executes ``notebooks/<name>`` (``JAXES_QUICK=1``) in a fresh kernel whose working
+    directory is ``cwd`` (the repository root by default).
 
     Returns every stream and text/plain output joined by newlines, and the executed notebook
     (for checking images). A failing cell raises ``nbclient.exceptions.CellExecutionError``
@@ -25,7 +35,7 @@ def run_notebook(name: str, timeout: int = 600) -> tuple[str, nbformat.NotebookN
         nb,
         timeout=timeout,
         kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        resources={"metadata": {"path": str(cwd)}},
     )
     client.execute()
     texts = []

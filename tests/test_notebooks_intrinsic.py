@@ -1,16 +1,19 @@
 """The intrinsic-dimension notebook runs top to bottom in quick mode: the §3.2 doubled-features
 curves agree only with the rescaled σ and step, and the subspace table reports d90 for the
-pendulum and the digits classifier."""
+pendulum and the digits classifier.
+
+It runs from notebooks/ (the notebooks' other tests run from the repository root).
+"""
 
 import re
 
 import pytest
-from notebook_runner import NUMBER, images, number, run_notebook
+from notebook_runner import NOTEBOOKS, NUMBER, images, number, run_notebook
 
 
 @pytest.mark.slow
 def test_intrinsic_dimension_notebook_measures_the_doubled_problem_and_d90():
-    text, nb = run_notebook("07_intrinsic_dimension.ipynb")
+    text, nb = run_notebook("07_intrinsic_dimension.ipynb", cwd=NOTEBOOKS)
     # (a) 128 seeds: the rescaled doubled problem within noise of the original (measured
     # 1.4 s.e.), the unrescaled one far off (measured 50 s.e.), and ES learns (9.5 -> 1.4).
     assert number(r"σ/√2, lr/2: largest gap", text) < 4.5
@@ -33,4 +36,25 @@ def test_intrinsic_dimension_notebook_measures_the_doubled_problem_and_d90():
     assert len(fractions["inverted_pendulum"]) == 2 and len(fractions["digits"]) == 3
     digits = fractions["digits"]
     assert all(0.0 < f <= 1.1 for f in digits) and digits[-1] > digits[0] + 0.3  # k helps
+    assert_d90_is_the_smallest_k_at_90_percent(text, rows["digits"], digits)
     assert images(nb) >= 2  # the §3.2 curves and the fraction-vs-k plot
+
+
+def assert_d90_is_the_smallest_k_at_90_percent(text, d90, table_fractions):
+    """Recomputes the digits d90 from the accuracies the notebook printed (3 decimals, so each
+    ratio is known to within its rounding): every k below d90 must not surely reach 90 % of the
+    full-space accuracy, and d90 itself must not surely miss it."""
+    full = number(r"digits, full space \(\d+ params\):", text)
+    accuracy = {
+        int(k): float(a) for k, a in re.findall(r"^digits, k = (\d+): " + NUMBER, text, re.M)
+    }
+    assert len(accuracy) == len(table_fractions) == 3, text[-3000:]
+    half = 0.0005  # half a unit in the last printed place
+    low = {k: (a - half) / (full + half) for k, a in accuracy.items()}
+    high = {k: (a + half) / (full - half) for k, a in accuracy.items()}
+    for k, fraction in zip(sorted(accuracy), table_fractions, strict=True):
+        assert low[k] - 0.005 <= fraction <= high[k] + 0.005, (k, fraction, accuracy, full)
+    assert d90.isdigit(), f"digits: d90 = {d90}: no k reached 90 %; measured 640"
+    assert int(d90) in accuracy, (d90, accuracy)
+    assert high[int(d90)] >= 0.9, (d90, accuracy, full)
+    assert all(low[k] < 0.9 for k in accuracy if k < int(d90)), (d90, accuracy, full)
