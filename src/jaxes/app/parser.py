@@ -164,7 +164,13 @@ def _checkpoint_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The parser of the ``jaxes`` command and its subcommands."""
+    """The parser of the ``jaxes`` command and its subcommands.
+
+    Example:
+      >>> args = parser().parse_args(["train", "--seeds", "0-2", "--population", "8"])
+      >>> args.command, args.seeds, args.population_size, args.sigma
+      ('train', [0, 1, 2], 8, None)
+    """
     parser = _Parser(
         prog="jaxes",
         description="JAX-native evolution strategies on Brax physics.",
@@ -172,7 +178,17 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"jaxes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _train_arguments(sub)
+    _run_reader_arguments(sub)
+    sub.add_parser(
+        "envs",
+        help="list the Brax environments",
+        description="List the environment names `jaxes train --env` accepts.",
+    )
+    return parser
 
+
+def _train_arguments(sub) -> None:
     train = sub.add_parser(
         "train",
         help="train a policy with ES",
@@ -214,6 +230,10 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
+    _host_arguments(train)
+
+
+def _host_arguments(train) -> None:
     hosts = train.add_argument_group(
         "several hosts",
         "Start one `jaxes train` per process with the same flags and --out; process 0 writes "
@@ -235,6 +255,9 @@ def parser() -> argparse.ArgumentParser:
         help="seconds to wait for every process to join (default 60)",
     )
 
+
+def _run_reader_arguments(sub) -> None:
+    """``jaxes eval`` and ``jaxes render``, which read a run's checkpointed policy."""
     ev = sub.add_parser(
         "eval",
         help="noise-free evaluation of a run's policy",
@@ -254,10 +277,3 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("run_dir", help="a directory written by `jaxes train`")
     render.add_argument("--seed", type=int, default=0, help="seed of the start state (default 0)")
     _checkpoint_flags(render)
-
-    sub.add_parser(
-        "envs",
-        help="list the Brax environments",
-        description="List the environment names `jaxes train --env` accepts.",
-    )
-    return parser
