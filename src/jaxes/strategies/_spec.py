@@ -125,7 +125,6 @@ def build(spec: StrategySpec, noise: NoiseSettings, track_best: bool) -> Strateg
 def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) -> dict:
     """``ask``, ``member``, ``members``, ``perturbation`` and ``eval_chunk``: the population
     the state's key and ``spec.scale`` describe, whole or in parts."""
-    p = perturbations.population_size
     scale_of = spec.scale
 
     def ask(key, state):
@@ -136,23 +135,8 @@ def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) 
         return population, state
 
     def member(state, i):
-        """Member ``i``; an index outside ``[0, P)`` (traced) gives a NaN member, which every
-        fitness shaping ranks worst, instead of a member no ``tell`` would rebuild."""
         check(state)
-        i = _state.check_member_index(i, p)
-        x = perturbations.member(
-            state.noise_state,
-            state.key,
-            jnp.clip(i, 0, p - 1),
-            state.params,
-            scale_of(state),
-            state.dtypes,
-        )
-        if isinstance(i, jax.core.Tracer):
-            # A scalar 0 or NaN added to every entry: fused into whatever reads the member.
-            offset = jnp.where((i >= 0) & (i < p), 0.0, jnp.nan)
-            x = jax.tree.map(lambda v: v + offset.astype(v.dtype), x)
-        return x
+        return _member(perturbations, state, i, scale_of(state))
 
     def members(state, first, count: int):
         return perturbations.members(
@@ -161,18 +145,7 @@ def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) 
 
     def perturbation(state, i):
         check(state)
-        if _state.is_rounded_state(state):
-            raise ValueError(
-                "perturbation: members of params narrower than float32 are rounded, so their "
-                "displacement is not σε; build them with member() instead"
-            )
-        i = _state.check_member_index(i, p)
-        valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(jnp.float32)
-        delta = perturbations.displacement(
-            state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale_of(state)
-        )
-        # An index outside [0, P) (traced) gives NaN, as member() does.
-        return jax.tree.map(lambda x: x * valid, delta)
+        return _perturbation(perturbations, state, i, scale_of)
 
     def eval_chunk(state, members: int = 0) -> int:
         return perturbations.eval_chunk(state.params, state.dtypes, members)
@@ -184,3 +157,35 @@ def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) 
         "perturbation": perturbation,
         "eval_chunk": eval_chunk,
     }
+
+
+def _member(perturbations: noise_lib.Perturbations, state, i, scale):
+    """Member ``i``; an index outside ``[0, P)`` (traced) gives a NaN member, which every
+    fitness shaping ranks worst, instead of a member no ``tell`` would rebuild."""
+    p = perturbations.population_size
+    i = _state.check_member_index(i, p)
+    x = perturbations.member(
+        state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale, state.dtypes
+    )
+    if isinstance(i, jax.core.Tracer):
+        # A scalar 0 or NaN added to every entry: fused into whatever reads the member.
+        offset = jnp.where((i >= 0) & (i < p), 0.0, jnp.nan)
+        x = jax.tree.map(lambda v: v + offset.astype(v.dtype), x)
+    return x
+
+
+def _perturbation(perturbations: noise_lib.Perturbations, state, i, scale_of):
+    """Member ``i``'s displacement ``member - θ`` (NaN for a traced index outside ``[0, P)``,
+    as ``member``); refused for rounded members, whose displacement is not ``σε``."""
+    if _state.is_rounded_state(state):
+        raise ValueError(
+            "perturbation: members of params narrower than float32 are rounded, so their "
+            "displacement is not σε; build them with member() instead"
+        )
+    p = perturbations.population_size
+    i = _state.check_member_index(i, p)
+    valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(jnp.float32)
+    delta = perturbations.displacement(
+        state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale_of(state)
+    )
+    return jax.tree.map(lambda x: x * valid, delta)
