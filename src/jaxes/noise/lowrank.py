@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
-from jaxes.noise import NoiseSource, base_key
+from jaxes.noise.keys import base_key
+from jaxes.noise.sources import NoiseSource
 from jaxes.types import Params
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -68,6 +69,20 @@ def leaf_rank(shape: tuple[int, ...], rank: int) -> int | None:
     return min(rank, shape[-2], shape[-1])
 
 
+def factor_shapes(shape: tuple[int, ...], rank: int) -> tuple[tuple[int, ...], ...]:
+    """The shapes of a leaf's factors ``(a, b)``, or ``(shape,)`` for a leaf drawn dense.
+
+    Example:
+      >>> factor_shapes((7, 64, 10), 4), factor_shapes((10,), 4)
+      (((7, 64, 4), (7, 10, 4)), ((10,),))
+    """
+    r = leaf_rank(shape, rank)
+    if r is None:
+        return (shape,)
+    lead = shape[:-2]
+    return (lead + (shape[-2], r), lead + (shape[-1], r))
+
+
 def lowrank(rank: int = 1) -> NoiseSource:
     """Rank-``rank`` perturbations ``A Bᵀ / √r`` for every leaf with two or more axes, full
     N(0, 1) noise for the others; all factors from one threefry draw of the member's key.
@@ -92,15 +107,7 @@ def lowrank(rank: int = 1) -> NoiseSource:
         del noise_state
         key = base_key(key, j)
         leaves, treedef = jax.tree.flatten(params)
-        shapes = []
-        for x in leaves:
-            shape = jnp.shape(x)
-            r = leaf_rank(shape, rank)
-            if r is None:
-                shapes.append((shape,))
-            else:
-                lead = shape[:-2]
-                shapes.append((lead + (shape[-2], r), lead + (shape[-1], r)))
+        shapes = [factor_shapes(jnp.shape(x), rank) for x in leaves]
         sizes = [math.prod(s) for group in shapes for s in group]
         # One draw for every factor of every leaf: one RNG kernel, however many leaves.
         flat = jax.random.normal(key, (sum(sizes),), jnp.float32)
