@@ -15,14 +15,11 @@ which in jaxes belongs to the task: ``brax_task(..., normalize_observations=True
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxes import centroid, trees
-from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.strategies._settings import (
@@ -34,33 +31,17 @@ from jaxes.strategies._settings import (
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import BestMember, EstimateStats
+from jaxes.strategies.base import EstimateStats, state_type
 from jaxes.types import Params, Strategy
 
-
-class ARSState(NamedTuple):
-    """Everything that changes between generations.
-
-    Attributes:
-      params: θ (float32 master copy).
-      dtypes: one scalar per leaf in the dtype members are built in.
-      opt_state: the optax state (plain SGD by default, as in the paper).
-      key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have updated the state.
-      noise_state: the noise table (``None`` for Gaussian noise).
-      pending, fitness, best_fitness, best: as in ``OpenESState``.
-    """
-
-    params: Params
-    dtypes: Params
-    opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: noise_lib.NoiseState
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
+ARSState = state_type(
+    "ARSState",
+    "ARS's state: everything that changes between generations.",
+    [
+        ("opt_state", optax.OptState, "the optax state (plain SGD by default, as in the paper)."),
+    ],
+    __name__,
+)
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:

@@ -1,10 +1,10 @@
 """The public types every strategy shares: its diagnostics (``StrategyInfo``), what
-``estimate`` learnt (``EstimateStats``), the best member's recipe (``BestMember``) and
-``centre``, θ in the params' own dtypes."""
+``estimate`` learnt (``EstimateStats``), the best member's recipe (``BestMember``), the
+state's shared fields (``state_type``) and ``centre``, θ in the params' own dtypes."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -87,3 +87,42 @@ def centre(state):
       (dtype('float32'), dtype(bfloat16))
     """
     return jax.tree.map(lambda x, t: x.astype(t.dtype), state.params, state.dtypes)
+
+
+# Every strategy's state has these fields, its own between them, in this order (the order is
+# the pytree's, so checkpoints and donated buffers see the same layout in every strategy).
+_LEADING = (
+    ("params", Any, "the mean θ (the master copy: float32, or float64 for float64 params)."),
+    ("dtypes", Any, "one scalar per leaf in the dtype members are built in (the params' own)."),
+)
+_TRAILING = (
+    ("key", jax.Array, "the key of the latest ``ask`` (threefry); the noise is rebuilt from it."),
+    ("generation", jax.Array, "how many ``tell`` calls have updated the state."),
+    ("noise_state", Any, "the noise table (``None`` where the source keeps none)."),
+    ("pending", jax.Array, "an ``ask`` awaits its ``tell``."),
+    ("fitness", jax.Array, "the fitness last told (``(P,)``, NaN before any)."),
+    ("best_fitness", jax.Array, "the best member's fitness (``-inf`` before the first ``tell``)."),
+    ("best", BestMember, "how to rebuild the best member (``strategy.best_params(state)``)."),
+)
+
+
+def state_type(name: str, summary: str, own: list[tuple[str, Any, str]], module: str) -> type:
+    """A strategy's state: a NamedTuple of the shared fields around the strategy's ``own``.
+
+    Args:
+      name: the class name (``"OpenESState"``).
+      summary: the docstring's first line.
+      own: ``(field, type, description)`` for each field only this strategy has.
+      module: the defining module's ``__name__`` (for pickling and ``repr``).
+
+    Example:
+      >>> State = state_type("MyState", "My strategy's state.", [("sigma", float, "σ.")], "m")
+      >>> State._fields[:4], State._fields[-1]
+      (('params', 'dtypes', 'sigma', 'key'), 'best')
+    """
+    fields = [*_LEADING, *own, *_TRAILING]
+    cls = NamedTuple(name, [(field, kind) for field, kind, _ in fields])
+    cls.__module__ = module
+    attributes = "\n".join(f"      {field}: {text}" for field, _, text in fields)
+    cls.__doc__ = f"{summary}\n\n    Attributes:\n{attributes}\n    "
+    return cls

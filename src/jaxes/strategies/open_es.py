@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import optax
 
 from jaxes import centroid, trees
-from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
 from jaxes.strategies._settings import (
@@ -21,36 +18,17 @@ from jaxes.strategies._settings import (
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo
+from jaxes.strategies.base import EstimateStats, StrategyInfo, state_type
 from jaxes.types import Params, Strategy
 
-
-class OpenESState(NamedTuple):
-    """Everything that changes between generations.
-
-    Attributes:
-      params: the model θ (the float32 master copy).
-      dtypes: one scalar per leaf in the dtype members are built in (the params' own).
-      opt_state: the optax optimizer state (float32, like θ).
-      key: the key of the latest ``ask`` (threefry); every perturbation is rebuilt from it.
-      generation: how many ``tell`` calls have updated the state.
-      noise_state: the noise table (``None`` for Gaussian noise).
-      pending: an ``ask`` awaits its ``tell``.
-      fitness: the fitness last told (``(P,)``, NaN before any).
-      best_fitness: the best member's fitness (``-inf`` before the first ``tell``).
-      best: how to rebuild the best member (``strategy.best_params(state)``).
-    """
-
-    params: Params
-    dtypes: Params
-    opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: noise_lib.NoiseState
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
+OpenESState = state_type(
+    "OpenESState",
+    "OpenAI-ES's state: everything that changes between generations.",
+    [
+        ("opt_state", optax.OptState, "the optax optimizer state (float32, like θ)."),
+    ],
+    __name__,
+)
 
 
 OpenESInfo = StrategyInfo  # the same diagnostics as every strategy

@@ -12,14 +12,11 @@ Written as centre-of-mass displacements. With symmetric (antithetic) pairs and m
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxes import centroid, optim
-from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_below, check_positive
 from jaxes.strategies._settings import (
@@ -34,35 +31,22 @@ from jaxes.strategies._settings import (
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import BestMember, EstimateStats
+from jaxes.strategies.base import EstimateStats, state_type
 from jaxes.types import Params, Strategy
 
-
-class PGPEState(NamedTuple):
-    """Everything that changes between generations.
-
-    Attributes:
-      params: the mean θ (float32 master copy).
-      dtypes: one scalar per leaf in the dtype members are built in.
-      sigma: per-coordinate σ (float32 pytree like ``params``).
-      opt_state: the optimizer state of the mean (ClipUp's velocity by default).
-      key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have updated the state.
-      noise_state: the noise table (``None`` for Gaussian noise).
-      pending, fitness, best_fitness, best: as in ``OpenESState``.
-    """
-
-    params: Params
-    dtypes: Params
-    sigma: Params
-    opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: noise_lib.NoiseState
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
+PGPEState = state_type(
+    "PGPEState",
+    "PGPE's state: everything that changes between generations.",
+    [
+        ("sigma", Params, "per-coordinate σ (a pytree like ``params``)."),
+        (
+            "opt_state",
+            optax.OptState,
+            "the optimizer state of the mean (ClipUp's velocity by default).",
+        ),
+    ],
+    __name__,
+)
 
 
 def pgpe(

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxes import centroid, trees
-from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.strategies._settings import (
@@ -32,39 +31,20 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import BestMember, EstimateStats
+from jaxes.strategies.base import EstimateStats, state_type
 from jaxes.types import Params, Strategy
 
-
-class SepCMAState(NamedTuple):
-    """Everything that changes between generations.
-
-    Attributes:
-      params: the mean ``m`` (float32 master copy).
-      dtypes: one scalar per leaf in the dtype members are built in.
-      sigma: the global step size ``σ``.
-      variances: the diagonal ``C`` (float32 pytree like ``params``).
-      path_sigma: the conjugate evolution path ``p_σ``.
-      path_c: the evolution path ``p_c``.
-      key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have updated the state.
-      noise_state: the noise table (``None`` for Gaussian noise).
-      pending, fitness, best_fitness, best: as in ``OpenESState``.
-    """
-
-    params: Params
-    dtypes: Params
-    sigma: jax.Array
-    variances: Params
-    path_sigma: Params
-    path_c: Params
-    key: jax.Array
-    generation: jax.Array
-    noise_state: noise_lib.NoiseState
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
+SepCMAState = state_type(
+    "SepCMAState",
+    "Separable CMA-ES's state: everything that changes between generations.",
+    [
+        ("sigma", jax.Array, "the global step size ``σ``."),
+        ("variances", Params, "the diagonal ``C`` (a pytree like ``params``)."),
+        ("path_sigma", Params, "the conjugate evolution path ``p_σ``."),
+        ("path_c", Params, "the evolution path ``p_c``."),
+    ],
+    __name__,
+)
 
 
 class CMAConstants(NamedTuple):

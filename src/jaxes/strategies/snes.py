@@ -15,13 +15,11 @@ SNES samples ``x_i = μ + σ ⊙ z_i`` and, with utilities ``u_i`` that sum to z
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxes import centroid, trees
-from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
 from jaxes.strategies._settings import (
@@ -34,33 +32,17 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import BestMember, EstimateStats
+from jaxes.strategies.base import EstimateStats, state_type
 from jaxes.types import Params, Strategy
 
-
-class SNESState(NamedTuple):
-    """Everything that changes between generations.
-
-    Attributes:
-      params: the mean μ (float32 master copy).
-      dtypes: one scalar per leaf in the dtype members are built in.
-      sigma: per-coordinate σ (float32 pytree like ``params``).
-      key: the key of the latest ``ask``.
-      generation: how many ``tell`` calls have updated the state.
-      noise_state: the noise table (``None`` for Gaussian noise).
-      pending, fitness, best_fitness, best: as in ``OpenESState``.
-    """
-
-    params: Params
-    dtypes: Params
-    sigma: Params
-    key: jax.Array
-    generation: jax.Array
-    noise_state: noise_lib.NoiseState
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
+SNESState = state_type(
+    "SNESState",
+    "SNES's state: everything that changes between generations.",
+    [
+        ("sigma", Params, "per-coordinate σ (a pytree like ``params``)."),
+    ],
+    __name__,
+)
 
 
 def default_sigma_learning_rate(num_params: int) -> float:
