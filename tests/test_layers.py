@@ -137,3 +137,51 @@ def test_the_reader_resolves_relative_and_from_imports(tmp_path):
     graph = import_graph(tmp_path)
     assert graph["jaxes.noise"] == {"jaxes.noise.keys"}
     assert graph["jaxes.noise.keys"] == {"jaxes.trees", "jaxes"}
+
+
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+
+
+def room_name(module: str) -> str:
+    """The room a module is drawn in: its package below jaxes, or itself at the top level."""
+    parts = module.split(".")
+    return "jaxes" if len(parts) == 1 else parts[1]
+
+
+def room_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = room_name(module), room_name(target)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    return edges
+
+
+def documented_tables(text: str) -> tuple[set[str], dict[str, set[str]]]:
+    """(modules in the module table, the room-imports table) of docs/architecture.md."""
+    modules, imports = set(), {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not cells[0].startswith("`"):
+            continue
+        name = cells[0].strip("`")
+        if name.endswith(".py"):
+            modules.add(name)
+        elif not cells[1].startswith("`"):
+            imports[name] = {room.strip() for room in cells[1].split(",")}
+    return modules, imports
+
+
+def test_architecture_names_every_module_and_every_import_between_rooms():
+    graph = import_graph()
+    files = {
+        str(p.relative_to(SRC / "jaxes"))
+        for p in (SRC / "jaxes").rglob("*.py")
+        if ALIAS_MARK not in p.read_text()
+    }
+    re_exports = {f for f in files if f.endswith("/__init__.py")}  # listing them is optional
+    modules, imports = documented_tables(ARCHITECTURE.read_text())
+    assert files - re_exports - modules == set(), "modules docs/architecture.md leaves out"
+    assert modules - files == set(), "modules docs/architecture.md names that do not exist"
+    assert imports == room_imports(graph)
