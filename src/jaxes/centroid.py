@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxes.trees import tree_norm  # noqa: F401 - documented here too: the norm of a centroid
 from jaxes.types import Params
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -232,18 +233,4 @@ def classical_estimator(
             / (p * sigma)
         ),
         noise,
-    )
-
-
-def tree_norm(tree: Params) -> jax.Array:
-    """Euclidean norm of all leaves together.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
-      5.0
-    """
-    leaves = jax.tree.leaves(tree)
-    return jnp.sqrt(
-        sum(jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32)))) for x in leaves)
     )

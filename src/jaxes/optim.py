@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid
+from jaxes import trees
 from jaxes.checks import check_below, check_positive
 
 
@@ -49,12 +49,12 @@ def clipup(
 
     def update(grads, state, params=None):
         del params
-        norm = centroid.tree_norm(grads)
+        norm = trees.tree_norm(grads)
         scale = jnp.where(norm > 0, step_size / jnp.where(norm > 0, norm, 1.0), 0.0)
         velocity = jax.tree.map(
             lambda v, g: momentum * v - scale * g.astype(v.dtype), state.velocity, grads
         )
-        speed = centroid.tree_norm(velocity)
+        speed = trees.tree_norm(velocity)
         clip = jnp.where(speed > max_speed, max_speed / jnp.where(speed > 0, speed, 1.0), 1.0)
         velocity = jax.tree.map(lambda v: v * clip, velocity)
         return velocity, ClipUpState(velocity)

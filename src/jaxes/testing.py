@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes.types import Params, Strategy
 
 FitnessArg = Callable[[Params], jax.Array] | jax.Array
@@ -276,7 +276,7 @@ def assert_antithetic_centroid_on_model(
     )
     state, _, values = _sample(strategy, params, fitness, key)
     _, stats = strategy.estimate(state, values)
-    offset = float(centroid.tree_norm(centroid.plain_centroid(stats.moments)))
+    offset = float(trees.tree_norm(centroid.plain_centroid(stats.moments)))
     if offset != 0.0:
         raise AssertionError(f"plain centroid is {offset:.3g} away from the model, expected 0")
 

@@ -125,3 +125,60 @@ def broadcast_like(value, params: Params) -> Params:
     if jax.tree.structure(value) == jax.tree.structure(params) and jax.tree.leaves(value):
         return value
     return jax.tree.map(lambda _: value, params)
+
+
+def tree_norm(tree) -> jax.Array:
+    """Euclidean norm of all leaves together.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
+      5.0
+    """
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(
+        sum(jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32)))) for x in leaves)
+    )
+
+
+def is_key(x) -> bool:
+    """Whether ``x`` is an array of typed PRNG keys.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> is_key(jax.random.key(0)), is_key(jax.random.PRNGKey(0)), is_key(jnp.zeros(2))
+      (True, False, False)
+    """
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def unwrap_keys(tree):
+    """Typed PRNG keys replaced by their raw ``uint32`` data.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> raw = unwrap_keys({"key": jax.random.key(0), "x": jnp.ones(2)})
+      >>> raw["key"].dtype, raw["x"].tolist()
+      (dtype('uint32'), [1.0, 1.0])
+    """
+    return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
+
+
+def rewrap_keys(tree, like):
+    """Raw key data turned back into typed keys wherever ``like`` holds keys.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> tree = {"key": jax.random.key(0), "x": jnp.ones(2)}
+      >>> raw_data = unwrap_keys(tree)["key"]
+      >>> back = rewrap_keys(unwrap_keys(tree), tree)
+      >>> is_key(back["key"]), bool(jnp.all(jax.random.key_data(back["key"]) == raw_data))
+      (True, True)
+    """
+    return jax.tree.map(
+        lambda x, ref: (
+            jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref)) if is_key(ref) else x
+        ),
+        tree,
+        like,
+    )

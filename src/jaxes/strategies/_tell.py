@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid
+from jaxes import centroid, trees
 from jaxes import noise as noise_lib
 from jaxes.strategies._state import is_rounded_state, scalar_dtype
 from jaxes.strategies.base import BestMember, StrategyInfo
@@ -102,9 +102,9 @@ def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma) -
         update_norm=update_norm,
         # Norms of the summed moments, scaled after: no parameter-sized M - θ or c - θ is built.
         com_displacement_norm=jnp.where(
-            positive, centroid.tree_norm(moments.mass_moment) / safe_total, 0.0
+            positive, trees.tree_norm(moments.mass_moment) / safe_total, 0.0
         ),
-        centroid_offset_norm=centroid.tree_norm(moments.displacement_sum) / moments.count,
+        centroid_offset_norm=trees.tree_norm(moments.displacement_sum) / moments.count,
         total_mass=moments.total_mass,
         sigma=jnp.asarray(mean_sigma, best_fitness.dtype),
     )
@@ -167,7 +167,7 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     def applied_update():
         step, changes = update()
         params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
-        return params, changes, centroid.tree_norm(step).astype(dtype)
+        return params, changes, trees.tree_norm(step).astype(dtype)
 
     params, changes, update_norm = _when(
         applied, applied_update, (state.params, old, jnp.zeros((), dtype))

@@ -183,7 +183,7 @@ def sep_cma_update(state: SepCMAState, y_moments, mu: int, c_m, sigma_floor):
     y_w = centroid.centre_of_mass(y_moments)
     step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
     path_sigma = conjugate_path(state.path_sigma, y_w, state.variances, k)
-    ps_norm = centroid.tree_norm(path_sigma)
+    ps_norm = trees.tree_norm(path_sigma)
     h_sigma = stall_indicator(ps_norm, state.generation, n, k, state.sigma.dtype)
     path_c = jax.tree.map(
         lambda pc, y: (1 - k.c_c) * pc + h_sigma * math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff) * y,

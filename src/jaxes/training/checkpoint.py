@@ -16,10 +16,10 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxes.noise import Table
+from jaxes.trees import is_key, rewrap_keys, unwrap_keys  # noqa: F401 - their old home
 
 # Checkpoints a run keeps: saving one more deletes the oldest (a resume needs only the newest
 # readable one; the ones before it are fallbacks should it be damaged).
@@ -85,49 +85,6 @@ def _quiet_orbax():
     import orbax.checkpoint as ocp
 
     return ocp
-
-
-def is_key(x) -> bool:
-    """Whether ``x`` is an array of typed PRNG keys.
-
-    Example:
-      >>> import jax, jax.numpy as jnp
-      >>> is_key(jax.random.key(0)), is_key(jax.random.PRNGKey(0)), is_key(jnp.zeros(2))
-      (True, False, False)
-    """
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def unwrap_keys(tree):
-    """Typed PRNG keys replaced by their raw ``uint32`` data.
-
-    Example:
-      >>> import jax, jax.numpy as jnp
-      >>> raw = unwrap_keys({"key": jax.random.key(0), "x": jnp.ones(2)})
-      >>> raw["key"].dtype, raw["x"].tolist()
-      (dtype('uint32'), [1.0, 1.0])
-    """
-    return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
-
-
-def rewrap_keys(tree, like):
-    """Raw key data turned back into typed keys wherever ``like`` holds keys.
-
-    Example:
-      >>> import jax, jax.numpy as jnp
-      >>> tree = {"key": jax.random.key(0), "x": jnp.ones(2)}
-      >>> raw_data = unwrap_keys(tree)["key"]
-      >>> back = rewrap_keys(unwrap_keys(tree), tree)
-      >>> is_key(back["key"]), bool(jnp.all(jax.random.key_data(back["key"]) == raw_data))
-      (True, True)
-    """
-    return jax.tree.map(
-        lambda x, ref: (
-            jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref)) if is_key(ref) else x
-        ),
-        tree,
-        like,
-    )
 
 
 def _is_table(x) -> bool:

@@ -7,7 +7,7 @@ import numpy as np
 
 from jaxes.parallel import replicated
 from jaxes.step import TrainState
-from jaxes.training.checkpoint import is_key, rewrap_keys, unwrap_keys
+from jaxes.trees import is_key, rewrap_keys, unwrap_keys
 
 
 def place(state: TrainState, mesh) -> TrainState:
