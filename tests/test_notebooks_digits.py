@@ -10,15 +10,7 @@ only the installed package.
 import re
 
 import pytest
-from notebook_runner import images, run_notebook
-
-NUMBER = r"([0-9][0-9.]*)"
-
-
-def number(pattern: str, text: str) -> float:
-    match = re.search(pattern + r"\s*" + NUMBER, text)
-    assert match, f"{pattern!r} not printed; output:\n{text[-3000:]}"
-    return float(match.group(1))
+from notebook_runner import NUMBER, images, number, run_notebook
 
 
 @pytest.mark.slow
