@@ -1,12 +1,16 @@
 """The `jaxes` command: useful help, one-line errors, nothing overwritten."""
 
+import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zlib
 
 import pytest
+from helpers import number
 
 from conftest import TINY_FLAGS
 from jaxes.app import cli, presets
@@ -161,12 +165,26 @@ def test_eval_and_render(capsys, tmp_path, tiny_run):
     shutil.copytree(tiny_run, run_dir)
     code, out, _ = run_main(capsys, "eval", str(run_dir), "--episodes", "3")
     assert code == 0 and "generation 20, return" in out and "over 3 episodes" in out
+    assert 0 < number("return", out) <= 100, out  # 1 per step, 100-step episodes
     code, out, _ = run_main(capsys, "render", str(run_dir))
     assert code == 0 and "wrote" in out
     page = (run_dir / "replay.html").read_text()
     assert "<html" in page and "Brax visualizer" in page and len(page) > 10_000
+    # The replay holds the episode it reports: its start and one frame per step played, and
+    # the pendulum's return is the steps it stayed up.
+    steps, ret = number(r"generation 20,", out), number(r"steps, return", out)
+    assert 0 < steps <= 100 and ret == steps, out
+    assert len(replay_frames(page)) == steps + 1, out
     code, _, err = run_main(capsys, "eval", str(run_dir), "--episodes", "0")
     assert code == 2 and "--episodes: expected an int >= 1" in err
+
+
+def replay_frames(page):
+    """The frames (body positions per step) of a Brax replay page: its system JSON, which the
+    page embeds zlib-compressed and base64-encoded."""
+    encoded = re.search(r'var system = "([A-Za-z0-9+/=]+)"', page)
+    assert encoded, "no embedded system in the page"
+    return json.loads(zlib.decompress(base64.b64decode(encoded[1])))["states"]["x"]
 
 
 def test_seeds_from_the_cli_resume_and_point_eval_at_one_seed(capsys, tmp_path):
