@@ -109,6 +109,13 @@ def test_brax_hopper_quick_runs_and_writes_a_run_directory(tmp_path):
     )
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["generation"] for x in lines] == list(range(1, 7))
+    # It learned: the final policy beats the first generation's population (members within
+    # sigma = 0.02 of the untrained policy), whose mean fitness rose over the 6 generations.
+    # Measured: eval 167.8 against a first population mean of 102.2 (the untrained policy's
+    # own eval: 99.0), the mean rising to 160.7; with every update dropped the run ends at
+    # 99.1 and its mean at 104.6.
+    means = [json.loads(x)["fitness_mean"] for x in lines]
+    assert float(m[1]) >= means[0] + 30 and means[-1] >= means[0] + 30, (m[1], means)
     assert "on 4 device(s)" in out  # P = 16 split over conftest's 4 CPU devices
 
 
