@@ -2,6 +2,7 @@
 through the real `jaxes` command (one stderr line, the exit code, the files left) and through
 the runner API, which gives a user's own task the same guarantees."""
 
+import dataclasses
 import io
 import json
 import os
@@ -15,16 +16,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import strategies
+from helpers import number, strategies
 
 import jaxes
 from conftest import TINY_FLAGS
 from jaxes import training
-from jaxes.app import train
-from jaxes.app.config import TrainConfig
+from jaxes.app import cli, train
+from jaxes.app.config import TrainConfig, build
 from jaxes.tasks.brax import running_stats
 from jaxes.tasks.functions import function_task
-from jaxes.training import checkpoint, rundir
+from jaxes.training import checkpoint, compilation, rundir
 from jaxes.types import Task
 
 
@@ -225,12 +226,46 @@ def test_a_full_disk_is_one_line(run_copy):
     assert [x["generation"] for x in records][:20] == list(range(1, 21))  # nothing lost
 
 
-def test_eval_and_render_pick_a_checkpoint_and_an_episode_length(run_copy):
-    proc = jaxes_cmd("eval", str(run_copy), "--checkpoint", "15", "--episode-length", "30")
+def test_eval_and_render_pick_a_checkpoint_and_an_episode_length(run_copy, monkeypatch, capsys):
+    argv = ("eval", str(run_copy), "--checkpoint", "15", "--episode-length", "30")
+    proc = jaxes_cmd(*argv)
     assert proc.returncode == 0, proc.stderr
     assert "generation 15," in proc.stdout and "up to 30 steps" in proc.stdout
+    printed = number(r"return", proc.stdout)
+    assert 0 < printed <= 30, proc.stdout  # the pendulum earns 1 per step: 30 steps at most
+    # The return is evaluate_policy's (seed 0, eval's default of 16 episodes) on checkpoint
+    # 15's centre with 30-step episodes (compiled as eval compiles it: the command's program,
+    # read back from the compile cache).
+    config, _, _, step, state = train.load_run(str(run_copy), 15)
+    _, task = build(dataclasses.replace(config, episode_length=30, eval_episodes=16))
+    params = jaxes.centre(state.strategy_state)
+    inputs = (jax.random.key(0), params, state.task_state)
+    expected = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))(*inputs)
+    assert step == 15 and abs(printed - float(np.mean(expected))) <= 0.005, (printed, expected)
+    # Every checkpoint of this run returns 30.00 (the pendulum is solved at once), so which one
+    # eval read shows in the params it evaluates: the same command in-process, its compiled
+    # evaluation spied on.
+    evaluated = []
+
+    def spy(lowered):
+        run = real_compile(lowered)
+        return lambda *inputs: evaluated.append(inputs[1]) or run(*inputs)
+
+    real_compile = compilation.compile
+    monkeypatch.setattr(compilation, "compile", spy)
+    assert cli.main(list(argv)) == 0
+    assert capsys.readouterr().out == proc.stdout  # the same line as the command's
+    [seen] = evaluated
+    assert max_diff(seen, params) == 0.0
+    newest = jaxes.centre(train.load_run(str(run_copy), 20)[4].strategy_state)
+    assert max_diff(seen, newest) > 0  # checkpoint 20's params would show
     err = one_error_line(jaxes_cmd("render", str(run_copy), "--checkpoint", "7"))
     assert "no checkpoint 7" in err and "[10, 15, 20]" in err
+
+
+def max_diff(a, b):
+    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return max(float(jnp.max(jnp.abs(x - y))) for x, y in pairs)
 
 
 # --- the API -------------------------------------------------------------------------------
