@@ -37,10 +37,12 @@ from jaxes.strategies import (
     StrategyInfo,
     ars,
     centre,
+    cma_es,
     open_es,
     pgpe,
     sep_cma_es,
     snes,
+    xnes,
 )
 from jaxes.types import Strategy, Task
 
@@ -62,6 +64,7 @@ __all__ = [
     "centered_rank",
     "centre",
     "classical_estimator",
+    "cma_es",
     "displacement_update",
     "evaluate",
     "open_es",
@@ -69,5 +72,6 @@ __all__ = [
     "raw",
     "sep_cma_es",
     "snes",
+    "xnes",
     "z_score",
 ]

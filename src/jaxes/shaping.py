@@ -117,6 +117,22 @@ def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
     return _by_rank(fitness, raw_u / jnp.sum(raw_u) - 1.0 / p)
 
 
+def rank_weights(per_rank: jnp.ndarray) -> Shaping:
+    """The shaping that gives the member of rank ``k`` (0 = best) the weight ``per_rank[k]``;
+    tied members share the mean weight of the ranks they span, so the weights keep their sum.
+
+    Example:
+      >>> w = rank_weights(jnp.array([0.75, 0.25, 0.0, -0.5]))(jnp.array([1.0, 4.0, 2.0, 2.0]))
+      >>> w.tolist()
+      [-0.5, 0.75, 0.125, 0.125]
+    """
+
+    def weights(fitness: jnp.ndarray) -> jnp.ndarray:
+        return _by_rank(fitness, jnp.asarray(per_rank, _dtype(fitness)))
+
+    return weights
+
+
 def recombination_weights(elite_size: int) -> Shaping:
     """CMA-ES weights: ``ln(μ + 1/2) - ln k`` for the best ``μ = elite_size`` members
     (``k = 1..μ``), normalised to sum to one; zero for the rest. Tied members share the mean

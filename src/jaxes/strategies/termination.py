@@ -1,0 +1,207 @@
+"""When a full-covariance run has stopped making progress: pycma's termination criteria.
+
+``tell`` of ``cma_es`` and ``xnes`` reports them in its info (one bool each, and ``stop``, any
+of them); nothing stops by itself, so a loop inside ``jit`` or ``lax.scan`` reads them (or
+``jaxes.strategies.restarts`` does). The criteria and their defaults follow Hansen's tutorial
+(2016, appendix B.3) and pycma's options:
+
+==============  ==========================================================================
+``tolfun``      the range of this generation's fitness and of the best fitness over the last
+                ``10 + ⌈30d/λ⌉`` generations are both below ``1e-11``
+``tolx``        ``σ · max √C_ii`` and ``σ · max |p_c|`` are both below ``1e-12 · σ0``
+``tolupsigma``  ``σ · max D > 1e20 · σ0`` (σ diverged: the problem may be unbounded)
+``conditioncov`` the condition number of ``C`` exceeds ``1e14``
+``noeffectaxis`` adding ``0.1 σ`` times a principal axis (axis ``g mod d``) leaves m unchanged
+``noeffectcoord`` adding ``0.2 σ √C_jj`` to some coordinate leaves that coordinate unchanged
+``stagnation``  over the last ``L = min(20000, 120 + ⌈30d/λ⌉)`` generations, the median of the
+                newest 30 % of both the best and the median fitness is no better than that of
+                the oldest 30 %
+``flat_fitness`` this generation's fitness carried no ranking (all equal or non-finite)
+==============  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxes.strategies.base import StrategyInfo
+
+TOLFUN = 1e-11
+TOLX = 1e-12
+TOLUPSIGMA = 1e20
+TOLCONDITIONCOV = 1e14
+MAX_STAGNATION = 20000
+
+
+class Termination(NamedTuple):
+    """pycma's termination criteria, one bool scalar each (see the module's table)."""
+
+    tolfun: jax.Array
+    tolx: jax.Array
+    tolupsigma: jax.Array
+    conditioncov: jax.Array
+    noeffectaxis: jax.Array
+    noeffectcoord: jax.Array
+    stagnation: jax.Array
+    flat_fitness: jax.Array
+
+
+class History(NamedTuple):
+    """The best and median fitness of the newest generations (a ring of length ``L``) and how
+    many were recorded."""
+
+    best: jax.Array
+    median: jax.Array
+    count: jax.Array
+
+
+def windows(d: int, population_size: int) -> tuple[int, int]:
+    """``(H, L)``: the ``tolfun`` window and the stagnation window, in generations.
+
+    Example:
+      >>> windows(10, 10)
+      (40, 150)
+    """
+    extra = math.ceil(30 * d / population_size)
+    return 10 + extra, min(MAX_STAGNATION, 120 + extra)
+
+
+def empty_history(length: int, dtype) -> History:
+    return History(
+        jnp.full((length,), jnp.nan, dtype),
+        jnp.full((length,), jnp.nan, dtype),
+        jnp.zeros((), jnp.int32),
+    )
+
+
+def record(history: History, fitness: jax.Array, when) -> History:
+    """``history`` with this generation's best and median finite fitness, if ``when``."""
+    finite = jnp.isfinite(fitness)
+    best = jnp.max(jnp.where(finite, fitness, -jnp.inf))
+    ordered = jnp.sort(jnp.where(finite, fitness, -jnp.inf))
+    median = ordered[(fitness.shape[0] - 1) // 2 + (fitness.shape[0] - 1) % 2]
+    slot = history.count % history.best.shape[0]
+    dtype = history.best.dtype
+    return History(
+        jnp.where(when, history.best.at[slot].set(best.astype(dtype)), history.best),
+        jnp.where(when, history.median.at[slot].set(median.astype(dtype)), history.median),
+        history.count + jnp.asarray(when, jnp.int32),
+    )
+
+
+def _chronological(values: jax.Array, count: jax.Array) -> jax.Array:
+    """The ring's entries oldest first (meaningful once it is full)."""
+    return jnp.roll(values, -(count % values.shape[0]))
+
+
+def _stagnated(history: History) -> jax.Array:
+    length = history.best.shape[0]
+    k = max(1, math.ceil(0.3 * length))
+
+    def no_better(values):
+        ordered = _chronological(values, history.count)
+        return jnp.median(ordered[-k:]) <= jnp.median(ordered[:k])
+
+    return (history.count >= length) & no_better(history.best) & no_better(history.median)
+
+
+def _tolfun(history: History, fitness: jax.Array, window: int) -> jax.Array:
+    length = history.best.shape[0]
+    recent = _chronological(history.best, history.count)[length - window :]
+    finite = jnp.isfinite(fitness)
+    spread = jnp.max(jnp.where(finite, fitness, -jnp.inf)) - jnp.min(
+        jnp.where(finite, fitness, jnp.inf)
+    )
+    full = history.count >= window
+    return full & (jnp.max(recent) - jnp.min(recent) < TOLFUN) & (spread < TOLFUN)
+
+
+def check(
+    *,
+    history: History,
+    fitness: jax.Array,
+    informative: jax.Array,
+    mean: jax.Array,
+    sigma: jax.Array,
+    sigma0: float,
+    axes: jax.Array,
+    axis_lengths: jax.Array,
+    variances: jax.Array,
+    path_c: jax.Array,
+    generation: jax.Array,
+    tolfun_window: int,
+) -> Termination:
+    """The criteria for a state whose members are ``m + σ y`` with ``Cov(y) = C``.
+
+    Args:
+      history: best and median fitness of the recent generations (``record``).
+      fitness: this generation's fitness (maximised).
+      informative: whether it carried a ranking.
+      mean: ``m`` (flat).
+      sigma: ``σ``; ``sigma0`` the initial σ.
+      axes: ``(d, d)``, column ``k`` a principal axis of ``C`` scaled to its length.
+      axis_lengths: ``(d,)`` the square roots of ``C``'s eigenvalues.
+      variances: ``diag C``.
+      path_c: the evolution path ``p_c`` (zeros for a strategy without one).
+      generation: the generation count (picks the axis ``noeffectaxis`` tries).
+      tolfun_window: ``H`` of ``windows``.
+    """
+    d = mean.shape[0]
+    dtype = mean.dtype
+    tolx = TOLX * sigma0
+    lengths = jnp.maximum(axis_lengths, 0.0)
+    largest, smallest = jnp.max(lengths), jnp.min(lengths)
+    condition = jnp.where(
+        smallest > 0, (largest / jnp.where(smallest > 0, smallest, 1)) ** 2, jnp.inf
+    )
+    axis = axes[:, generation % d]
+    coord_step = 0.2 * sigma * jnp.sqrt(jnp.maximum(variances, 0.0))
+    return Termination(
+        tolfun=_tolfun(history, fitness, tolfun_window),
+        tolx=(sigma * jnp.max(jnp.sqrt(jnp.maximum(variances, 0.0))) < tolx)
+        & (sigma * jnp.max(jnp.abs(path_c)) < tolx),
+        tolupsigma=sigma * largest > TOLUPSIGMA * sigma0,
+        conditioncov=condition > TOLCONDITIONCOV,
+        noeffectaxis=jnp.all(mean == mean + (0.1 * sigma * axis).astype(dtype)),
+        noeffectcoord=jnp.any(mean == mean + coord_step.astype(dtype)),
+        stagnation=_stagnated(history),
+        flat_fitness=~informative,
+    )
+
+
+def any_stop(termination: Termination) -> jax.Array:
+    """Whether some criterion holds."""
+    return jnp.any(jnp.stack(list(termination)))
+
+
+# Every StrategyInfo column, then the criteria, ``stop`` and ``condition``.
+TerminationInfo = NamedTuple(
+    "TerminationInfo",
+    [(f, jax.Array) for f in StrategyInfo._fields]
+    + [(f, jax.Array) for f in Termination._fields]
+    + [("stop", jax.Array), ("condition", jax.Array)],
+)
+TerminationInfo.__module__ = __name__
+TerminationInfo.__doc__ = (
+    "The info of ``cma_es`` and ``xnes``: ``StrategyInfo``'s columns, one bool per "
+    "termination criterion, ``stop`` (any of them) and ``condition``, the condition number "
+    "of the covariance."
+)
+
+
+def report(base: StrategyInfo, criteria: Termination, told, lengths) -> TerminationInfo:
+    """``base`` with the criteria (all false for a ``tell`` without a pending ``ask``) and the
+    condition number ``(max/min)²`` of the axis ``lengths``."""
+    condition = (
+        jnp.max(lengths) / jnp.maximum(jnp.min(lengths), jnp.finfo(lengths.dtype).tiny)
+    ) ** 2
+    return TerminationInfo(
+        *base,
+        *(told & c for c in criteria),
+        stop=told & any_stop(criteria),
+        condition=condition.astype(base.best_fitness.dtype),
+    )
