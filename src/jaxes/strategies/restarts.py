@@ -210,6 +210,7 @@ def ipop(
     increase: float = 2.0,
     max_restarts: int = 9,
     target: float | None = None,
+    initial: Callable[[jax.Array], Params] | None = None,
 ) -> RestartResult:
     """IPOP: run, and after each stop restart with ``λ`` times ``increase``.
 
@@ -224,6 +225,8 @@ def ipop(
       increase: the factor ``λ`` grows by (> 1).
       max_restarts: at most this many runs after the first.
       target: stop everything once the best fitness reaches it.
+      initial: ``initial(key) -> params``, where each run after the first starts (COCO's
+        experiments draw it uniformly in ``[-4, 4]^d``); ``None``: ``x0`` again.
     """
     return _drive(
         factory,
@@ -252,6 +255,7 @@ def bipop(
     increase: float = 2.0,
     max_restarts: int = 9,
     target: float | None = None,
+    initial: Callable[[jax.Array], Params] | None = None,
 ) -> RestartResult:
     """BIPOP: IPOP's large runs interleaved with small ones (see the module); the arguments
     are ``ipop``'s, and ``max_restarts`` counts the large runs."""
