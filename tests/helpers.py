@@ -8,7 +8,7 @@ from collections.abc import Callable
 import jaxes
 from jaxes.types import Strategy
 
-STRATEGY_NAMES = ("ars", "open_es", "pgpe", "sep_cma_es", "snes")
+STRATEGY_NAMES = ("ars", "cma_es", "open_es", "pgpe", "sep_cma_es", "snes", "xnes")
 
 # A printed number: a float in any notation Python prints, or nan / ±inf (so a bad value is
 # read and fails the comparison that follows, not the parse).
@@ -18,7 +18,7 @@ NUMBER = r"(-?[0-9][0-9.eE+-]*|nan|-?inf)"
 def strategies(
     population_size: int, sigma: float, **settings: dict
 ) -> dict[str, Callable[..., Strategy]]:
-    """The five strategies as ``{name: factory}``; ``factory(**kw)`` builds one.
+    """The strategies as ``{name: factory}``; ``factory(**kw)`` builds one.
 
     Args:
       population_size: every strategy's population.

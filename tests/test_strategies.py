@@ -110,6 +110,12 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     elif name == "sep_cma_es":  # c_m (M - θ), from the model: no centroid subtracted
         close(flat(direction), com, "Sep-CMA-ES direction")
         close(step, 0.7 * com, "Sep-CMA-ES step")
+    elif name == "cma_es":  # c_m (M - θ) with c_m = 1: the mean lands on the centre of mass
+        close(flat(direction), com, "CMA-ES direction")
+        close(step, com, "CMA-ES step")
+    elif name == "xnes":  # Σ u_i δ_i = P m̄ (M - c); the step is η_μ = 1 times it
+        close(flat(direction), P * mean_mass * (com - cen), "xNES direction")
+        close(step, P * mean_mass * (com - cen), "xNES step")
     else:  # open_es: (m̄/σ²)(M - c)
         close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
 
@@ -121,6 +127,8 @@ SGD = {
     "snes": lambda: jaxes.snes(P, 0.3, learning_rate=0.05),
     "ars": lambda: jaxes.ars(P, 0.3, learning_rate=0.05, top_k=5),
     "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, learning_rate=0.05),
+    "cma_es": lambda: jaxes.cma_es(P, 0.3, learning_rate=0.05),
+    "xnes": lambda: jaxes.xnes(P, 0.3, learning_rate=0.05),
 }
 
 
@@ -168,6 +176,11 @@ def test_mean_update_equals_the_paper_formula(sampled):
     elif name == "sep_cma_es":  # weighted recombination: m' = m + c_m Σ w_i (x_i - m)
         w = cma_weights(fitness, 6)
         close(step, 0.7 * (w @ (pop - theta[None])), "Sep-CMA-ES recombination")
+    elif name == "cma_es":  # m' = m + Σ_{i<=μ} w_i (x_{i:λ} - m), μ = λ/2 (Hansen 2016)
+        w = cma_weights(fitness, P // 2, top=(P + 1) / 2)
+        close(step, w @ (pop - theta[None]), "CMA-ES recombination")
+    elif name == "xnes":  # Glasmachers et al.: μ += η_μ σ B Σ u_i z_i = Σ u_i (x_i - m)
+        close(step, snes_utilities(fitness) @ (pop - theta[None]), "xNES mean update")
     else:  # OpenAI-ES: (1/(Pσ)) Σ (w_i - w̄) ε_i
         testing.assert_update_matches_classical(es, PARAMS, fitness_fn, jax.random.key(5))
 
@@ -180,10 +193,13 @@ def snes_utilities(fitness):
     return raw / raw.sum() - 1.0 / p
 
 
-def cma_weights(fitness, mu):
+def cma_weights(fitness, mu, top=None):
+    """Positive recombination weights by rank: ``ln(top) - ln k`` for the best ``μ``
+    (``top = μ + 1/2`` for sep-CMA-ES's ``elite_size``, ``(λ + 1)/2`` for CMA-ES)."""
     rank = np.empty(len(fitness))
     rank[np.argsort(-fitness, kind="stable")] = np.arange(1, len(fitness) + 1)
-    raw = np.where(rank <= mu, math.log(mu + 0.5) - np.log(rank), 0.0)
+    top = mu + 0.5 if top is None else top
+    raw = np.where(rank <= mu, math.log(top) - np.log(rank), 0.0)
     return raw / raw.sum()
 
 
@@ -232,6 +248,10 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
         # Cumulative step-size adaptation of the global σ.
         sigma = float(state.sigma) * math.exp(k.c_sigma / k.d_sigma * (ps_norm / k.chi_n - 1))
         close(float(new_state.sigma), sigma, "Sep-CMA-ES σ")
+    elif name == "cma_es":
+        check_cma_update(state, pop, fitness, new_state)
+    elif name == "xnes":
+        check_xnes_update(state, pop, fitness, new_state)
     else:  # a fixed σ is a setting, not state
         assert "sigma" not in new_state._fields
 
@@ -327,3 +347,63 @@ def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
     floats = [x for x in jax.tree.leaves(searched) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats)
     assert bool(jnp.isfinite(info.best_fitness))
+
+
+def check_cma_update(state, pop, fitness, new_state):
+    """Hansen's tutorial (2016) in NumPy from the explicit population, with pycma's weights
+    and learning rates (``cma.CMAEvolutionStrategy(...).sp``) as the reference constants."""
+    import cma
+
+    theta = flat(state.params)
+    n = theta.size
+    sp = cma.CMAEvolutionStrategy(np.zeros(n), 0.3, {"popsize": P, "verbose": -9}).sp
+    order = np.argsort(-fitness, kind="stable")
+    w = np.empty(P)
+    w[order] = np.asarray(sp.weights)
+    mu_eff, c1, cmu, cc = sp.weights.mueff, sp.c1, sp.cmu, sp.cc
+    cs = (mu_eff + 2) / (n + mu_eff + 3)
+    ds = 1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + cs
+    chi = math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n * n))
+    sigma = float(state.sigma)
+    a = np.asarray(state.axes, np.float64) * np.asarray(state.scales, np.float64)[None]
+    y = (pop - theta[None]) / sigma
+    z = np.linalg.solve(a, y.T).T
+    wp = np.maximum(w, 0)
+    y_w = wp @ y
+    ps = (1 - cs) * np.asarray(state.path_sigma) + math.sqrt(cs * (2 - cs) * mu_eff) * (
+        np.asarray(state.axes, np.float64) @ (wp @ z)
+    )
+    close(np.asarray(new_state.path_sigma), ps, "CMA-ES p_σ", rtol=1e-3)
+    g = int(state.generation) + 1
+    h = float(np.linalg.norm(ps) / math.sqrt(1 - (1 - cs) ** (2 * g)) < (1.4 + 2 / (n + 1)) * chi)
+    pc = (1 - cc) * np.asarray(state.path_c) + h * math.sqrt(cc * (2 - cc) * mu_eff) * y_w
+    close(np.asarray(new_state.path_c), pc, "CMA-ES p_c", rtol=1e-3)
+    w_cov = np.where(w >= 0, w, w * n / np.sum(z**2, axis=1))
+    c = np.asarray(state.covariance, np.float64)
+    expected = (
+        (1 + c1 * (1 - h) * cc * (2 - cc) - c1 - cmu * w.sum()) * c
+        + c1 * np.outer(pc, pc)
+        + cmu * (y.T * w_cov) @ y
+    )
+    close(np.asarray(new_state.covariance), expected, "CMA-ES covariance", rtol=1e-3)
+    change = np.clip(cs / ds * (np.linalg.norm(ps) / chi - 1), -1, 1)
+    close(float(new_state.sigma), sigma * math.exp(change), "CMA-ES σ", rtol=1e-4)
+
+
+def check_xnes_update(state, pop, fitness, new_state):
+    """Glasmachers et al. (2010): σ' = σ exp(η/2 tr(G)/d), B' = B expm(η/2 (G - tr(G)/d I))
+    with G = Σ u_i z_i z_iᵀ, from the explicit population."""
+    from scipy.linalg import expm
+
+    theta = flat(state.params)
+    d = theta.size
+    eta = 3 * (3 + math.log(d)) / (5 * d * math.sqrt(d))
+    sigma = float(state.sigma)
+    b = np.asarray(state.shape, np.float64)
+    z = np.linalg.solve(b, ((pop - theta[None]) / sigma).T).T
+    u = snes_utilities(fitness)
+    g = (z.T * u) @ z
+    g_sigma = np.trace(g) / d
+    close(float(new_state.sigma), sigma * math.exp(eta / 2 * g_sigma), "xNES σ", rtol=1e-4)
+    expected = b @ expm(eta / 2 * (g - g_sigma * np.eye(d)))
+    close(np.asarray(new_state.shape), expected, "xNES B", rtol=1e-3)

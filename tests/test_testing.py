@@ -85,11 +85,12 @@ def test_assertions_catch_broken_strategies():
 
 
 # Which check applies to which strategy (the table in jaxes.testing's docstring).
+FULL = ("cma_es", "xnes")
 APPLIES = {
     "assert_update_matches_classical": {"open_es"},
-    "assert_moments_match_population": {"open_es", "pgpe", "snes", "ars", "sep_cma_es"},
-    "assert_shift_and_scale_invariant": {"open_es", "pgpe", "snes", "ars", "sep_cma_es"},
-    "assert_monotone_invariant": {"open_es", "pgpe", "snes", "sep_cma_es"},
+    "assert_moments_match_population": {"open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL},
+    "assert_shift_and_scale_invariant": {"open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL},
+    "assert_monotone_invariant": {"open_es", "pgpe", "snes", "sep_cma_es", *FULL},
     "assert_antithetic_centroid_on_model": {"open_es", "pgpe", "ars"},
 }
 
@@ -98,7 +99,7 @@ def quadratic(p):
     return -jnp.sum((p["w"] - 0.5) ** 2)
 
 
-@pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es"])
+@pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL])
 def test_each_check_holds_where_it_applies_and_refuses_elsewhere(name):
     es = getattr(jaxes, name)(8, 0.05)
     single_leaf = {"w": jnp.ones(3)}  # a one-leaf pytree once slipped past the σ guard

@@ -213,7 +213,7 @@ def build(spec: FullSpec, track_best: bool) -> Strategy:
         new_state, info = _tell.finish_tell(
             state, fitness, est.stats.moments, sigma, sigma * a, update
         )
-        new_state = spec.record(new_state, new_state.fitness, state.pending)
+        new_state = spec.record(new_state, new_state.fitness, info.applied)
         return new_state, spec.info(new_state, info, state.pending)
 
     def best_params(state):

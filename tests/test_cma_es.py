@@ -1,0 +1,229 @@
+"""CMA-ES and xNES (issue 24): what a full covariance buys, pycma as the reference, the
+termination criteria and the restart drivers. (The update formulas themselves are checked
+against NumPy in tests/test_strategies.py, for every strategy.)"""
+
+from __future__ import annotations
+
+import cma
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxes
+from jaxes.strategies import restarts, termination
+from jaxes.strategies.cma_es import default_population_size
+
+D = 10
+RNG = np.random.default_rng(0)
+ROTATION, _ = np.linalg.qr(RNG.standard_normal((D, D)))
+SCALES = 10.0 ** (6 * np.arange(D) / (D - 1))  # condition 1e6
+OPTIMUM = RNG.uniform(-3, 3, D)
+LAM = default_population_size(D)
+BUDGET = 12_000  # evaluations
+
+
+def ellipsoid(x):
+    """The rotated ellipsoid, f* = 0 at OPTIMUM (minimised)."""
+    z = (x - OPTIMUM) @ ROTATION.T
+    return jnp.sum(SCALES * z**2, axis=-1)
+
+
+def best_f_within_budget(es, seed=0):
+    """The lowest f any member reached within BUDGET evaluations (float64)."""
+    generations = BUDGET // es.population_size
+    state = es.init(jax.random.key(seed), jnp.zeros(D, jnp.float64))
+
+    def generation(state, key):
+        population, state = es.ask(key, state)
+        f = ellipsoid(population)
+        state, _ = es.tell(state, -f)
+        return state, jnp.min(f)
+
+    run = jax.jit(lambda s, k: jax.lax.scan(generation, s, jax.random.split(k, generations)))
+    _, best = run(state, jax.random.key(seed + 1))
+    return float(jnp.min(best))
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def test_pycma_meets_the_budget():
+    """The budget is one pycma meets: 1e-10 on the same ellipsoid from the same start."""
+    f = lambda x: float(ellipsoid(np.asarray(x)))  # noqa: E731
+    options = {"seed": 1, "verbose": -9, "ftarget": 1e-10, "maxfevals": BUDGET}
+    result = cma.CMAEvolutionStrategy(np.zeros(D), 2.0, options).optimize(f).result
+    assert result.fbest <= 1e-10 and result.evaluations <= BUDGET
+
+
+@pytest.mark.parametrize("name", ["cma_es", "xnes"])
+def test_full_covariance_solves_the_rotated_ellipsoid(x64, name):
+    es = getattr(jaxes, name)(LAM, sigma=2.0)
+    assert best_f_within_budget(es) <= 1e-10
+
+
+def test_a_diagonal_covariance_does_not(x64):
+    """Sep-CMA-ES cannot follow the rotated valley in the same budget."""
+    assert best_f_within_budget(jaxes.sep_cma_es(LAM, sigma=2.0)) > 1e-4
+
+
+def test_recombination_equals_pycma_on_the_same_members(x64):
+    """Tell pycma the members jaxes drew and the same fitness: the new means agree."""
+    es = jaxes.cma_es(LAM, sigma=0.7)
+    start = np.linspace(-1.0, 1.0, D)
+    state = es.init(jax.random.key(0), jnp.asarray(start))
+    population, state = es.ask(jax.random.key(1), state)
+    f = np.asarray(ellipsoid(population))
+    state, _ = es.tell(state, -jnp.asarray(f))
+    reference = cma.CMAEvolutionStrategy(start, 0.7, {"popsize": LAM, "verbose": -9})
+    reference.ask()
+    reference.tell(list(np.asarray(population)), list(f))
+    np.testing.assert_allclose(np.asarray(state.params), reference.mean, rtol=0, atol=1e-12)
+
+
+def test_members_are_rebuilt_for_a_pytree_in_float64(x64):
+    params = {"w": jnp.ones((2, 3), jnp.float64), "b": jnp.zeros(2, jnp.float64)}
+    for es in (jaxes.cma_es(6, sigma=0.3), jaxes.xnes(6, sigma=0.3)):
+        jaxes.testing.assert_members_rebuilt(es, params, jax.random.key(0))
+        state = es.init(jax.random.key(0), params)
+        assert state.params["w"].dtype == jnp.float64 and state.sigma.dtype == jnp.float64
+
+
+def test_bf16_params_run():
+    es = jaxes.cma_es(8, sigma=0.5)
+    state = es.init(jax.random.key(0), jnp.ones(4, jnp.bfloat16))
+    population, state = jax.jit(es.ask)(jax.random.key(1), state)
+    assert population.dtype == jnp.bfloat16
+    state, info = jax.jit(es.tell)(state, -jnp.sum(population.astype(jnp.float32) ** 2, axis=1))
+    assert bool(info.applied) and bool(jnp.all(jnp.isfinite(state.covariance)))
+    assert jaxes.centre(state).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: jaxes.cma_es(8, sigma=-1.0), "sigma: expected a finite number > 0"),
+        (lambda: jaxes.xnes(8, sigma=0.0), "sigma: expected a finite number > 0"),
+        (lambda: jaxes.cma_es(1), "population_size: expected an int >= 2"),
+        (lambda: jaxes.xnes(1), "population_size: expected an int >= 2"),
+    ],
+)
+def test_bad_settings_are_refused(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("name", ["cma_es", "xnes"])
+def test_a_covariance_beyond_the_budget_is_refused_naming_the_largest_d(name):
+    es = getattr(jaxes, name)(8, sigma=1.0, covariance_budget=2**20)
+    with pytest.raises(
+        ValueError, match=r"params: .* d = 1000 .*the largest d it fits in float32 is 228"
+    ):
+        es.init(jax.random.key(0), jnp.zeros(1000))
+
+
+def test_flat_fitness_stops_and_with_restarts_restarts_inside_scan():
+    es = restarts.with_restarts(jaxes.cma_es(6, sigma=1.0))
+    state = es.init(jax.random.key(0), jnp.ones(3))
+
+    def generation(state, xs):
+        key, t = xs
+        population, state = es.ask(key, state)
+        f = jnp.sum(population**2, axis=1)
+        # Informative for 4 generations, then flat: each flat one stops and restarts.
+        f = jnp.where(t < 4, f, 1.0)
+        return es.tell(state, -f)
+
+    xs = (jax.random.split(jax.random.key(1), 7), jnp.arange(7))
+    state, info = jax.jit(lambda s, xs: jax.lax.scan(generation, s, xs))(state, xs)
+    assert info.info.flat_fitness.tolist() == [False] * 4 + [True] * 3
+    assert info.restarts.tolist() == [0, 0, 0, 0, 1, 2, 3]
+    assert int(state.inner.generation) == 0  # the last restart left a fresh run
+    best = es.best_params(state)
+    assert float(jnp.sum(best**2)) == pytest.approx(-float(state.best_fitness), rel=1e-6)
+
+
+def test_a_converged_float64_run_reports_tolfun_and_tolx(x64):
+    es = jaxes.cma_es(8, sigma=1.0)
+    state = es.init(jax.random.key(0), jnp.ones(4, jnp.float64))
+
+    def generation(state, key):
+        population, state = es.ask(key, state)
+        return es.tell(state, -jnp.sum(population**2, axis=1))
+
+    _, info = jax.jit(lambda s, k: jax.lax.scan(generation, s, jax.random.split(k, 1000)))(
+        state, jax.random.key(1)
+    )
+    first = int(np.argmax(np.asarray(info.stop)))
+    assert first > 0 and not bool(np.any(np.asarray(info.stop)[:first]))
+    assert bool(info.tolfun[first] | info.tolx[first])
+    assert float(info.fitness_max[first]) > -1e-9  # stopped only once it had converged
+    window, _ = termination.windows(4, 8)
+    assert first >= window
+
+
+def test_ipop_doubles_the_population_at_each_restart(x64):
+    d = 3
+
+    def rastrigin(x):
+        return 10 * d + jnp.sum(x**2 - 10 * jnp.cos(2 * jnp.pi * x), axis=-1)
+
+    evaluate = jax.jit(lambda population: -rastrigin(population))
+    result = restarts.ipop(
+        jaxes.cma_es,
+        evaluate,
+        jnp.full(d, 3.0),
+        1.0,
+        jax.random.key(0),
+        max_evaluations=6000,
+        population_size=6,
+        target=-1e-8,
+    )
+    sizes = [run.population_size for run in result.runs]
+    assert sizes == [6 * 2**k for k in range(len(sizes))]
+    assert result.evaluations == sum(run.evaluations for run in result.runs) <= 6000
+    assert all(run.reason != "budget" for run in result.runs[:-1])
+    assert result.best_fitness == max(run.best_fitness for run in result.runs)
+    assert float(evaluate(result.best_params[None])[0]) == pytest.approx(result.best_fitness)
+
+
+def test_bipop_interleaves_small_runs(x64):
+    evaluate = jax.jit(lambda population: jnp.zeros(population.shape[0]))  # every run stops at once
+    result = restarts.bipop(
+        jaxes.cma_es,
+        evaluate,
+        jnp.zeros(2),
+        1.0,
+        jax.random.key(0),
+        max_evaluations=400,
+        population_size=6,
+        max_restarts=3,
+    )
+    large = [r.population_size for r in result.runs if r.sigma == 1.0]
+    assert large == [6, 12, 24, 48]  # the first run and max_restarts = 3 more
+    assert all(r.reason == "flat_fitness" for r in result.runs)
+    assert any(r.sigma < 1.0 for r in result.runs)  # the small regime ran with a smaller σ0
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(max_evaluations=0), "max_evaluations"),
+        (dict(increase=1.0), "increase: expected a number > 1"),
+        (dict(population_size=1), "population_size"),
+    ],
+)
+def test_restart_drivers_check_their_arguments(bad, message):
+    kwargs = dict(max_evaluations=100, population_size=6) | bad
+    with pytest.raises(ValueError, match=message):
+        restarts.ipop(
+            jaxes.cma_es,
+            lambda p: -jnp.sum(p**2, 1),
+            jnp.zeros(2),
+            1.0,
+            jax.random.key(0),
+            **kwargs,
+        )
