@@ -14,6 +14,7 @@ per (function, dimension), the instance data passed as arguments.
 
 from __future__ import annotations
 
+import cocoex  # in the test extras: the reference every function is checked against
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,6 @@ import pytest
 
 from jaxes.tasks import bbob
 from jaxes.tasks.bbob import FUNCTIONS, instance_data, problem, task
-
-cocoex = pytest.importorskip("cocoex")
 
 DIMENSIONS = (2, 5, 10, 20)
 INSTANCES = (1, 2, 7, 15, 71)
