@@ -141,9 +141,10 @@ def cma_es(
       active: negative weights for the worst members in the covariance update (active CMA,
         pycma's default).
       sigma_floor: σ never goes below it (> 0); ``None``: ``default_sigma_floor`` of the dtype.
-      covariance_budget: bytes the ``d × d`` matrices may take (five of them: ``C``, ``B``,
-        the best member's scale and the update's work space); ``init`` refuses a ``d`` beyond
-        it and names the largest that fits (2 GiB: ``d`` = 10,362 in float32, 7,327 in float64).
+      covariance_budget: bytes the ``d × d`` matrices may take (six at the peak of a donated
+        ``tell``: ``C``, ``B``, the best member's scale and the update's work space); ``init``
+        refuses a ``d`` beyond it and names the largest that fits (2 GiB: ``d`` = 9,459 in
+        float32, 6,688 in float64).
       track_best: keep what rebuilds the best member seen (one more ``d × d`` matrix).
 
     Example:
