@@ -157,13 +157,29 @@ def test_generation_step_composes_with_scan():
     )
 
 
+@pytest.mark.parametrize("name", ["cma_es", "xnes"])
+def test_the_full_covariance_strategies_build_and_trace_a_brax_generation(name):
+    """``--strategy cma_es|xnes``: the config passes them only what they take, and a generation
+    of the policy (its d × d covariance included) traces."""
+    config = TrainConfig(**{**TINY, "strategy": name})
+    strategy, task = build(config)
+    assert strategy.traits.name == name
+    state = jax.eval_shape(lambda: training.init_state(strategy, task, seed=0))
+    after, metrics = jax.eval_shape(generation_step(strategy, task), state)
+    d = sum(x.size for x in jax.tree.leaves(state.strategy_state.params))
+    assert after.strategy_state.sigma.shape == () and "fitness_mean" in metrics
+    matrix = after.strategy_state[3]  # covariance (cma_es) or shape (xnes), after σ
+    assert matrix.shape == (d, d)
+
+
 @pytest.mark.parametrize(
     "changes, match",
     [
         ({"checkpoint_every": 7}, r"checkpoint_every: must be a multiple of eval_every \(5\)"),
         (
             {"strategy": "cma"},
-            r"strategy: unknown 'cma'; allowed: \['ars', 'open_es', 'pgpe', 'sep_cma_es', 'snes'\]",
+            r"strategy: unknown 'cma'; allowed: \['ars', 'cma_es', 'open_es', 'pgpe', "
+            r"'sep_cma_es', 'snes', 'xnes'\]",
         ),
         ({"generations": 0}, r"generations: expected an int >= 1, got 0"),
     ],
