@@ -172,6 +172,12 @@ def test_ipop_doubles_the_population_at_each_restart(x64):
         return 10 * d + jnp.sum(x**2 - 10 * jnp.cos(2 * jnp.pi * x), axis=-1)
 
     evaluate = jax.jit(lambda population: -rastrigin(population))
+    starts = []
+
+    def initial(key):
+        starts.append(key)
+        return jax.random.uniform(key, (d,), jnp.float64, -4.0, 4.0)
+
     result = restarts.ipop(
         jaxes.cma_es,
         evaluate,
@@ -181,11 +187,13 @@ def test_ipop_doubles_the_population_at_each_restart(x64):
         max_evaluations=6000,
         population_size=6,
         target=-1e-8,
+        initial=initial,
     )
     sizes = [run.population_size for run in result.runs]
     assert sizes == [6 * 2**k for k in range(len(sizes))]
     assert result.evaluations == sum(run.evaluations for run in result.runs) <= 6000
     assert all(run.reason != "budget" for run in result.runs[:-1])
+    assert len(starts) == len(result.runs) - 1  # every run after the first starts afresh
     assert result.best_fitness == max(run.best_fitness for run in result.runs)
     assert float(evaluate(result.best_params[None])[0]) == pytest.approx(result.best_fitness)
 

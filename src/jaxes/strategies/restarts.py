@@ -239,6 +239,7 @@ def ipop(
         increase,
         max_restarts,
         target,
+        initial,
         bipop=False,
     )
 
@@ -270,6 +271,7 @@ def bipop(
         increase,
         max_restarts,
         target,
+        initial,
         bipop=True,
     )
 
@@ -285,6 +287,7 @@ def _drive(
     increase,
     max_restarts,
     target,
+    initial,
     bipop: bool,
 ) -> RestartResult:
     max_evaluations = check_int("max_evaluations", max_evaluations, 1)
@@ -306,9 +309,10 @@ def _drive(
         else:
             lam = lam_large = int(round(lam0 * increase**large_runs))
             run_sigma = sigma
-        key, run_key = jax.random.split(key)
+        key, run_key, start_key = jax.random.split(key, 3)
+        start = x0 if not runs or initial is None else initial(start_key)
         params, fitness, run = run_once(
-            factory, evaluate, x0, run_sigma, lam, run_key, max_evaluations - spent, target
+            factory, evaluate, start, run_sigma, lam, run_key, max_evaluations - spent, target
         )
         runs.append(run)
         spent += run.evaluations
