@@ -13,14 +13,23 @@ under ``jax.shard_map`` gathers its fitness with ``gather_members``, which keeps
 varying manual axes (``check_vma``, on by default) satisfied. Across hosts,
 ``initialize_distributed`` starts JAX's multi-process runtime and ``mesh`` spans every process's
 devices.
+
+On a CPU, XLA gives a process one device however many cores it has, and its intra-op threads
+barely help the small, many-step programs ES runs; one CPU device per core, with the
+population split over them, is about twice as fast on two cores (docs/benchmarks.md).
+``use_cpu_cores`` asks for that before JAX starts; ``jaxes train`` calls it, and a Python user
+calls it first thing.
 """
 
 from __future__ import annotations
 
 import numbers
 import os
+import re
 import socket
 import time
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -31,6 +40,151 @@ from jaxes.step import generation_step
 from jaxes.types import Strategy, Task
 
 AXIS = "population"
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# Devices wait for each other at every gather; XLA's CPU runtime aborts after 40 s of waiting
+# by default, which a loaded machine can reach (a device thread descheduled during another
+# program's compile), so a split jaxes asks for waits up to 10 minutes instead.
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+
+
+class CpuDevices(NamedTuple):
+    """The CPU devices a process gets, and why.
+
+    Attributes:
+      count: CPU devices JAX has or will have (``None``: the backend is not the CPU's).
+      reason: ``"one per core"``, ``"asked"`` (a count given), ``"XLA_FLAGS"`` (the user's
+        own device count), ``"JAX_PLATFORMS=..."`` or ``"JAX had started"`` (too late to
+        choose: the count it started with).
+    """
+
+    count: int | None
+    reason: str
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on: its CPU affinity, so ``taskset`` and cgroup pinning
+    count (one core per process when pinned), else ``os.cpu_count()``.
+
+    Example:
+      >>> cpu_cores() >= 1
+      True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def plan_cpu_devices(
+    environ: Mapping[str, str], cores: int, count: int | None = None
+) -> tuple[str | None, CpuDevices]:
+    """What ``use_cpu_cores`` would do, as a pure function: the new ``XLA_FLAGS`` (``None``:
+    leave it as it is) and the choice. A device count in ``XLA_FLAGS`` and a
+    ``JAX_PLATFORMS`` without ``cpu`` are the user's choice and are never overwritten.
+
+    Example:
+      >>> plan_cpu_devices({}, cores=4)[1]
+      CpuDevices(count=4, reason='one per core')
+      >>> plan_cpu_devices({"XLA_FLAGS": "--xla_force_host_platform_device_count=3"}, 4)
+      (None, CpuDevices(count=3, reason='XLA_FLAGS'))
+      >>> plan_cpu_devices({"JAX_PLATFORMS": "cuda"}, 4)
+      (None, CpuDevices(count=None, reason='JAX_PLATFORMS=cuda'))
+      >>> plan_cpu_devices({}, cores=4, count=1)
+      (None, CpuDevices(count=1, reason='asked'))
+    """
+    flags = environ.get("XLA_FLAGS", "")
+    given = re.search(re.escape(DEVICE_COUNT_FLAG) + r"=(\d+)", flags)
+    if given:
+        return None, CpuDevices(int(given.group(1)), "XLA_FLAGS")
+    platforms = environ.get("JAX_PLATFORMS", "")
+    if platforms and "cpu" not in [p.strip() for p in platforms.split(",")]:
+        return None, CpuDevices(None, f"JAX_PLATFORMS={platforms}")
+    n = cores if count is None else count
+    choice = CpuDevices(n, "one per core" if count is None else "asked")
+    if n <= 1:
+        return None, choice
+    extra = [f"{DEVICE_COUNT_FLAG}={n}"]
+    if COLLECTIVE_TIMEOUT_FLAG not in flags:
+        extra.append(f"{COLLECTIVE_TIMEOUT_FLAG}=600")
+    return " ".join([flags, *extra]).strip(), choice
+
+
+_CHOSEN: list[CpuDevices] = []  # what use_cpu_cores chose in this process, for the start line
+
+
+def use_cpu_cores(count: int | None = None) -> CpuDevices:
+    """One CPU device per core (or ``count`` of them) for this process, split over by
+    ``jaxes.training.run`` and ``jaxes train``; call it before anything else touches JAX.
+
+    It sets ``XLA_FLAGS``' host device count, which JAX reads when its CPU backend starts; a
+    device count already in ``XLA_FLAGS`` and a ``JAX_PLATFORMS`` without ``cpu`` are left
+    alone, and once JAX has started it changes nothing and says so. ``count=1`` keeps XLA's
+    single CPU device (``jaxes train --devices 1``).
+
+    Args:
+      count: CPU devices to ask for (>= 1); ``None``: ``cpu_cores()``.
+
+    Returns:
+      a ``CpuDevices``: the count and why.
+
+    Example (run before JAX starts; the doctests have started it, so nothing changes):
+      >>> use_cpu_cores().reason in ("JAX had started", "XLA_FLAGS")
+      True
+    """
+    if count is not None and (not isinstance(count, numbers.Integral) or count < 1):
+        raise ValueError(f"count: expected an int >= 1 (CPU devices), got {count!r}")
+    if jax._src.xla_bridge.backends_are_initialized():
+        started = CpuDevices(_cpu_device_count(), "JAX had started")
+        _CHOSEN[:] = [started]
+        return started
+    flags, choice = plan_cpu_devices(os.environ, cpu_cores(), count)
+    if flags is not None:
+        os.environ["XLA_FLAGS"] = flags
+    _CHOSEN[:] = [choice]
+    return choice
+
+
+def _cpu_device_count() -> int | None:
+    return len(jax.devices()) if jax.default_backend() == "cpu" else None
+
+
+def describe_devices(mesh: Mesh) -> str:
+    """The start line's words for the devices a run splits over, with the CPU choice.
+
+    Example:
+      >>> describe_devices(make_mesh(1))  # doctest: +ELLIPSIS
+      '1 device(s)...'
+    """
+    n = mesh.devices.size
+    text = f"{n} device(s)"
+    if jax.default_backend() != "cpu" or jax.process_count() > 1:
+        return text
+    chosen = _CHOSEN[0] if _CHOSEN else None
+    if chosen is None or chosen.reason == "JAX had started":
+        if n == 1 and cpu_cores() > 1:
+            return (
+                f"{text} (one CPU device: call jaxes.parallel.use_cpu_cores() before JAX "
+                f"starts to split over {cpu_cores()} cores)"
+            )
+        return text
+    text = text if n == chosen.count else f"{n} of {chosen.count} device(s)"
+    why = {
+        "one per core": "one per core; --devices 1 for one",
+        "asked": "as asked",
+        "XLA_FLAGS": "XLA_FLAGS' device count",
+    }.get(chosen.reason, chosen.reason)
+    return f"{text} (CPU: {why})"
+
+
+def default_split(population_size: int, devices: int) -> int:
+    """The most of ``devices`` that split ``population_size`` evenly (a run given no
+    ``devices`` uses every device it can).
+
+    Example:
+      >>> default_split(32, 2), default_split(30, 4), default_split(7, 4)
+      (2, 3, 1)
+    """
+    return max(k for k in range(1, devices + 1) if population_size % k == 0)
 
 
 def check_split(population_size: int, num_devices: int) -> int:

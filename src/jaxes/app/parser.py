@@ -138,7 +138,13 @@ TRAIN_FLAGS = [
         int,
         f"generations between checkpoints; the newest {checkpoint.KEEP} are kept",
     ),
-    ("--devices", "devices", int, "devices to split the population over (0: all, all hosts)"),
+    (
+        "--devices",
+        "devices",
+        int,
+        "devices to split the population over (0: on a CPU one per core, else every device; "
+        "1: no split)",
+    ),
     (
         "--normalize-observations",
         "normalize_observations",

@@ -39,9 +39,11 @@ def train_command(args) -> int:
         config = TrainConfig(**given, **({"seed": seeds[0]} if seeds else {}))
     out = args.out if args.out is not None else rundir.default_out(config.env)
     RUN_DIR[0] = out
-    parallel.initialize_distributed(
+    distributed = parallel.initialize_distributed(
         args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
     )
+    if not distributed:  # several processes: one device each unless XLA_FLAGS says otherwise
+        parallel.use_cpu_cores(config.devices or None)
     if seeds is None:
         summary = train.run(config, out, resume=args.resume)
     else:

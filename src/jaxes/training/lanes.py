@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import jax
 import jax.numpy as jnp
 
-from jaxes.parallel import check_split, make_mesh
+from jaxes.parallel import check_split, default_split, make_mesh
 from jaxes.training import checkpoint, rundir
 from jaxes.training.placement import place
 from jaxes.training.programs import init_state
@@ -50,6 +50,10 @@ class Job:
         loop = check_loop(generations, 0, eval_every, checkpoint_every, devices)
         del loop["seed"]  # each run has its own
         check_stops(timesteps, target_return)
+        if not devices and jax.process_count() == 1:
+            # Every device that can take an even share: on a CPU split one per core
+            # (parallel.use_cpu_cores), a population of 30 runs on 3 of 4 devices.
+            devices = default_split(strategy.population_size, jax.device_count())
         mesh = make_mesh(devices or None)
         check_split(strategy.population_size, mesh.devices.size)
         primary = jax.process_index() == 0

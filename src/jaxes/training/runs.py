@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from jaxes.checks import check_int
+from jaxes.parallel import describe_devices
 from jaxes.training import checkpoint, report, rundir
 from jaxes.training.lanes import Job, Lane, open_lanes, restore_states
 from jaxes.training.loop import train_lanes
@@ -60,7 +61,9 @@ def run(
       checkpoint_every: generations between checkpoints, a multiple of ``eval_every``
         (default ``eval_every``); the newest 3 (``checkpoint.KEEP``) are kept, older ones
         deleted.
-      devices: devices to split the population over (0: every device of every process).
+      devices: devices to split the population over (0: in one process, the most of its
+        devices that split the population evenly; across processes, every device). On a CPU,
+        call ``jaxes.parallel.use_cpu_cores()`` before JAX starts to get one device per core.
       timesteps: stop after the generation at which the env steps of training (the task's
         ``env_steps``; ``evaluations`` for a task without) reach this, even inside a block.
         Evaluation episodes are not counted; ``metrics.jsonl`` has ``total_env_steps``.
@@ -186,7 +189,7 @@ def _train(job: Job, dirs, config, resume: bool, title: str, out: str, vmapped: 
     returns their ``Lane``s."""
     opening = open_lanes(job, dirs, config, resume, vmapped)
     job.stream.write(
-        f"jaxes train: {title} on {job.mesh.devices.size} device(s), "
+        f"jaxes train: {title} on {describe_devices(job.mesh)}, "
         f"{job.loop['generations']} generations -> {out}\n"
     )
     job.stream.flush()
