@@ -29,7 +29,7 @@ import tempfile
 
 import jax
 
-from jaxes import plotting
+from jaxes import parallel, plotting
 from jaxes.app import train
 from jaxes.app.config import STRATEGIES, TrainConfig
 
@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=0, help="0: every visible device")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    # One CPU device per core for the population split (before JAX starts; XLA_FLAGS wins).
+    parallel.use_cpu_cores()
 
     settings = dict(QUICK if args.quick else FULL)
     if args.population is not None:

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxes
-from jaxes import training
+from jaxes import parallel, training
 from jaxes.tasks import brax as brax_tasks
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=900.0, help="stop at this eval return")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    # One CPU device per core for the population split (before JAX starts; XLA_FLAGS wins).
+    parallel.use_cpu_cores()
     generations = args.generations or (120 if args.quick else 300)
 
     # The module's output size is the environment's action size; the task scales the tanh
