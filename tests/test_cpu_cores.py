@@ -77,7 +77,7 @@ def final_params(out):
 
 
 def test_every_core_by_default_and_devices_1_give_the_same_run(tmp_path):
-    flags = ["--generations", "4", "--eval-every", "2", "--checkpoint-every", "2"]
+    flags = ["--generations", "2", "--eval-every", "2", "--checkpoint-every", "2"]
     flags += ["--no-normalize-observations"]
     split = train(tmp_path / "split", *flags)
     one = train(tmp_path / "one", *flags, "--devices", "1")
