@@ -247,3 +247,51 @@ def test_a_donated_tell_fits_the_six_matrices_the_budget_counts(name):
     peak = memory.argument_size_in_bytes + memory.temp_size_in_bytes
     assert memory.alias_size_in_bytes >= memory.argument_size_in_bytes - 1024  # donated
     assert peak <= 6 * d * d * 4 * 1.05
+
+
+def criteria(history, **changes):
+    """termination.check on a 3-D state that meets no criterion unless ``changes`` say so."""
+    d = 3
+    settings = dict(
+        history=history,
+        fitness=jnp.array([-1.0, -2.0, -3.0]),
+        informative=jnp.array(True),
+        mean=jnp.ones(d),
+        sigma=jnp.array(0.5),
+        sigma0=1.0,
+        axes=jnp.eye(d),
+        axis_lengths=jnp.ones(d),
+        variances=jnp.ones(d),
+        path_c=jnp.ones(d),
+        generation=jnp.array(7),
+        tolfun_window=4,
+    )
+    return termination.check(**{**settings, **changes})[0]
+
+
+def filled(best, median):
+    history = termination.empty_history(len(best), jnp.float32)
+    for b, m in zip(best, median, strict=True):
+        history = termination.record(history, jnp.array([b, m, m - 1.0]), True)
+    return history
+
+
+def test_each_criterion_fires_on_its_own_condition():
+    rising = np.linspace(-10.0, -1.0, 10)  # maximised: improving
+    calm = criteria(filled(rising, rising - 1))
+    assert not any(bool(c) for c in calm)
+    falling = rising[::-1]  # the newest 30 % worse than the oldest
+    assert bool(criteria(filled(falling, falling - 1)).stagnation)
+    assert not bool(criteria(filled(falling, rising - 1)).stagnation)  # both must stall
+    flat = filled(np.full(10, -1.0), np.full(10, -1.0))
+    assert bool(criteria(flat, fitness=jnp.full(3, -1.0)).tolfun)
+    assert not bool(criteria(flat).tolfun)  # this generation's spread is 2
+    assert bool(criteria(filled(rising, rising), sigma=jnp.array(1e-13)).tolx)
+    assert bool(criteria(filled(rising, rising), sigma=jnp.array(1e21)).tolupsigma)
+    lengths = jnp.array([1.0, 1.0, 1e-8])
+    assert bool(criteria(filled(rising, rising), axis_lengths=lengths).conditioncov)
+    tiny = jnp.array([1.0, 1e-20, 1.0])
+    assert bool(criteria(filled(rising, rising), variances=tiny).noeffectcoord)
+    axes = jnp.eye(3).at[:, 7 % 3].set(1e-20)  # the axis generation 7 tries
+    assert bool(criteria(filled(rising, rising), axes=axes).noeffectaxis)
+    assert bool(criteria(filled(rising, rising), informative=jnp.array(False)).flat_fitness)

@@ -205,7 +205,7 @@ def cma_es(
 
     def info(state, base: StrategyInfo, told):
         d = state.path_c.shape[0]
-        criteria = termination.check(
+        criteria, condition = termination.check(
             history=state.history,
             fitness=state.fitness,
             informative=base.applied | ~told,
@@ -219,7 +219,7 @@ def cma_es(
             generation=state.generation,
             tolfun_window=termination.windows(d, p)[0],
         )
-        return termination.report(base, criteria, told, state.scales)
+        return termination.report(base, criteria, condition, told)
 
     spec = _full.FullSpec(
         name="cma_es",

@@ -140,7 +140,7 @@ def xnes(
     def info(state, base: StrategyInfo, told):
         d = state.shape.shape[0]
         singular = jnp.linalg.svd(state.shape, compute_uv=False)
-        criteria = termination.check(
+        criteria, condition = termination.check(
             history=state.history,
             fitness=state.fitness,
             informative=base.applied | ~told,
@@ -154,7 +154,7 @@ def xnes(
             generation=state.generation,
             tolfun_window=termination.windows(d, p)[0],
         )
-        return termination.report(base, criteria, told, singular)
+        return termination.report(base, criteria, condition, told)
 
     spec = _full.FullSpec(
         name="xnes",
