@@ -14,6 +14,11 @@ What it measures (all on this machine, in one run):
    jaxes compiles its programs with XLA options of its own on the CPU
    (`jaxes.compilation.CPU_OPTIONS`); Brax runs a second time per seed with the same options
    (as `XLA_FLAGS`), so the report also says what they would give Brax.
+   Every run twice: on one CPU device (XLA's default) and on one CPU device per core (what
+   `jaxes train` uses by default since issue 29: `--xla_force_host_platform_device_count=N` in
+   the child's `XLA_FLAGS`, set the same way for both libraries; Brax ES 0.14 splits its
+   rollouts over every local device, `jax.shard_map` on a mesh of `jax.local_device_count()`,
+   and jaxes its population, `shard_map` too).
    Both use the same ES settings: 64 rollouts per generation (jaxes P=64 members in 32
    antithetic pairs; Brax `population_size=32`, which it doubles into +/- pairs), sigma 0.05,
    Adam(0.03), centered-rank fitness shaping, observation normalisation, a (32, 32) policy,
@@ -42,9 +47,11 @@ What it measures (all on this machine, in one run):
    both on the same population (median of max(3, `--reps` // 5) calls after warm-up).
 
 Run:
-  .venv/bin/python benchmarks/brax_vs_brax_es.py            # 3 seeds (about 10 minutes on 2 cores)
+  .venv/bin/python benchmarks/brax_vs_brax_es.py            # 3 seeds (about 15 minutes on 2 cores)
   .venv/bin/python benchmarks/brax_vs_brax_es.py --quick    # 1 seed, small budget (smoke test)
   .venv/bin/python benchmarks/brax_vs_brax_es.py --seeds 5
+  .venv/bin/python benchmarks/brax_vs_brax_es.py --devices 1  # time to solve on one device only
+  .venv/bin/python benchmarks/brax_vs_brax_es.py --parts solve   # part 1 only
 Results are printed as tables and written as JSON to `--out` (default
 benchmarks/results/brax_vs_brax_es.json, or brax_vs_brax_es_quick.json with `--quick`).
 """
@@ -129,7 +136,7 @@ def jaxes_config(seed: int, generations: int):
     )
 
 
-def solve_jaxes(seed: int, generations: int) -> dict:
+def solve_jaxes(seed: int, generations: int, devices: int = 1) -> dict:
     """What `jaxes train --target-return 190` runs (`jaxes.runner.run`: the training block and
     the evaluation compiled side by side, blocks of EVAL_EVERY generations, metrics written),
     stopped at the first evaluation >= 190; one checkpoint, at the end."""
@@ -155,9 +162,9 @@ def solve_jaxes(seed: int, generations: int) -> dict:
             checkpoint_every=generations, target_return=SOLVED_AT, progress_fn=progress,
             stream=io.StringIO(), plot=False,
         )  # fmt: skip
-    del jax
     phases = {"build_s": round(build_s, 2), "compile_s": summary["compile_seconds"]}
-    return solve_result(evals, generations) | {"phases": phases, "xla": compiles}
+    seen = {"devices_seen": jax.device_count(), "devices_asked": devices}
+    return solve_result(evals, generations) | {"phases": phases, "xla": compiles} | seen
 
 
 def eval_point(generation: int, start: float, value: float, env_steps: int) -> dict:
@@ -186,7 +193,7 @@ class _Stop(Exception):
     """Raised from Brax's progress_fn to end training at the solve (or past the budget)."""
 
 
-def solve_brax(seed: int, generations: int) -> dict:
+def solve_brax(seed: int, generations: int, devices: int = 1) -> dict:
     """`brax.training.agents.es.train` with the same ES settings, stopped at the solve."""
     import contextlib
 
@@ -202,7 +209,8 @@ def solve_brax(seed: int, generations: int) -> dict:
         counter["generations"] += 1
 
     class CountGenerations(Wrapper):
-        """Training env only: Brax resets it once per generation (one batched reset)."""
+        """Training env only: Brax resets it once per generation (one batched reset per
+        device)."""
 
         def reset(self, rng):
             jax.debug.callback(tick)
@@ -220,8 +228,10 @@ def solve_brax(seed: int, generations: int) -> dict:
 
     def progress(num_steps, metrics):
         value = float(metrics["eval/episode_reward"])
-        evals.append(eval_point(counter["generations"], start, value, int(num_steps)))
-        if value >= SOLVED_AT or counter["generations"] >= generations:
+        # Under shard_map the reset, and so the callback, runs once per local device.
+        done = counter["generations"] // jax.local_device_count()
+        evals.append(eval_point(done, start, value, int(num_steps)))
+        if value >= SOLVED_AT or done >= generations:
             raise _Stop
 
     compiles = record_compiles()
@@ -250,7 +260,10 @@ def solve_brax(seed: int, generations: int) -> dict:
         )
     before = [e["t_s"] for e in evals if e["generation"] == 0]  # Brax evaluates at step 0 too
     result = solve_result([e for e in evals if e["generation"] > 0], generations)
-    return result | {"eval_before_training_s": before[0] if before else None, "xla": compiles}
+    seen = {"devices_seen": jax.local_device_count(), "devices_asked": devices}
+    return (
+        result | {"eval_before_training_s": before[0] if before else None, "xla": compiles} | seen
+    )
 
 
 def time_pair(f, g, reps: int, f_input=None) -> tuple[float, float]:
@@ -447,29 +460,44 @@ def jaxes_xla_flags() -> str:
     return " ".join(f"--{k}={str(v).lower()}" for k, v in compilation.CPU_OPTIONS.items())
 
 
+def device_count_flag(devices: int) -> str:
+    """The XLA flag `jaxes.parallel.use_cpu_cores` sets for `devices` CPU devices."""
+    from jaxes.parallel import DEVICE_COUNT_FLAG
+
+    return f"{DEVICE_COUNT_FLAG}={devices}"
+
+
 def spawn_child(spec: dict, timeout: float) -> dict:
     """Runs one child in a fresh process; notes the CPU share other processes took meanwhile.
     The overhead and hopper children, which jit programs themselves, and Brax's second run get
-    jaxes' XLA options as XLA_FLAGS (the jaxes run's runner adds them itself)."""
+    jaxes' XLA options as XLA_FLAGS (the jaxes run's runner adds them itself). A time-to-solve
+    child with `devices` > 1 gets that many CPU devices (XLA_FLAGS' host device count, as
+    `jaxes.parallel.use_cpu_cores` sets it for `jaxes train`), whichever library it runs."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     if spec["kind"] in ("brax_jaxes_xla", "overhead", "hopper"):
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {jaxes_xla_flags()}".strip()
+    if spec.get("devices", 1) > 1:
+        env["XLA_FLAGS"] = (
+            f"{env.get('XLA_FLAGS', '')} {device_count_flag(spec['devices'])}".strip()
+        )
     child = spawn(__file__, spec, timeout, env)
     if child.result is None:
         raise RuntimeError(f"child {spec} failed: {child.error}")
     return child.result | {"other_cpu_share": round(child.other_cpu_share, 3)}
 
 
-def solve_runs(seeds: int, generations: int, timeout: float) -> list[dict]:
-    """Interleaved: jaxes seed 0, Brax seed 0, Brax with jaxes' XLA options seed 0, jaxes
-    seed 1, ..."""
+def solve_runs(seeds: int, generations: int, timeout: float, device_counts) -> list[dict]:
+    """Interleaved: per seed and device count, jaxes, Brax, Brax with jaxes' XLA options
+    (seed 0 on 1 device, seed 0 on one per core, seed 1 on 1 device, ...)."""
     runs = []
     for seed in range(seeds):
-        for lib in ALL_LIBS:
-            spec = {"kind": lib, "seed": seed, "generations": generations}
-            result = spawn_child(spec, timeout) | {"library": lib, "seed": seed}
-            print(f"  {lib:5} seed {seed}: {fmt_solve(result)}", flush=True)
-            runs.append(result)
+        for devices in device_counts:
+            for lib in ALL_LIBS:
+                spec = {"kind": lib, "seed": seed, "generations": generations, "devices": devices}
+                result = spawn_child(spec, timeout) | {"library": lib, "seed": seed}
+                result["devices"] = devices
+                print(f"  {lib:5} seed {seed} {devices} device(s): {fmt_solve(result)}", flush=True)
+                runs.append(result)
     return runs
 
 
@@ -558,18 +586,17 @@ def fmt(x, spec: str) -> str:
     return format("-", f">{width or 1}") if x is None else format(x, spec)
 
 
-def format_report(result: dict) -> str:
-    solve = result["solve"]["summary"]
+def solve_lines(runs: list[dict], solve: dict, devices: int) -> list[str]:
+    """Section 1's table for the runs on `devices` CPU device(s)."""
     lines = [
         f"1. Time to solve {ENV} ({BACKEND}, episode {EPISODE}, return >= {SOLVED_AT:g}), "
-        f"{ROLLOUTS} rollouts/generation, compile included",
+        f"{ROLLOUTS} rollouts/generation, compile included, on {devices} CPU device(s)",
         "(s: wall seconds to the solve; xla: of which XLA compilation; gens: generations run;"
         " others: CPU share other processes took during the jaxes / Brax run)",
         f"{'seed':>4}  {'jaxes s':>8}  {'xla':>5}  {'gens':>4}  {'brax s':>8}  {'xla':>5}  "
         f"{'gens':>4}  {'jaxes/brax':>10}  {'others':>9}  {'brax, jaxes XLA s':>17}  "
         f"{'jaxes/that':>10}",
     ]
-    runs = result["solve"]["runs"]
     for row in solve["per_seed"]:
         j, b = pair(runs, row["seed"])
         lines.append(
@@ -581,7 +608,7 @@ def format_report(result: dict) -> str:
             f"{fmt(row['brax_jaxes_xla_s'], '17.1f')}  {fmt(row['ratio_brax_jaxes_xla'], '10.2f')}"
         )
     jl, bl = solve["by_library"]["jaxes"], solve["by_library"]["brax"]
-    lines += [
+    return lines + [
         f"{'med':>4}  {fmt(jl['median_s'], '8.1f')}  {'':5}  {fmt(jl['median_generations'], '>4')}"
         f"  {fmt(bl['median_s'], '8.1f')}  {'':5}  {fmt(bl['median_generations'], '>4')}  "
         f"{fmt(solve['ratio_of_medians'], '10.2f')}",
@@ -591,6 +618,57 @@ def format_report(result: dict) -> str:
         f"{fmt(solve['median_of_ratios_brax_jaxes_xla'], '.2f')}",
         *time_split_lines(runs),
         "",
+    ]
+
+
+def devices_summary(runs: list[dict], device_counts: list[int]) -> dict:
+    """Per library, the median time to solve on each device count and the speedup of the most
+    devices over one; and jaxes on the most devices against Brax ES on one (as each runs by
+    default on a CPU: `jaxes train` one device per core, Brax ES the one device XLA gives)."""
+    lo, hi = min(device_counts), max(device_counts)
+    out = {"fewest": lo, "most": hi, "by_library": {}}
+    for lib in ALL_LIBS:
+        med = {}
+        for n in (lo, hi):
+            times = [r["wall_s"] for r in runs if r["library"] == lib and r["devices"] == n
+                     and r["solved"]]  # fmt: skip
+            med[n] = statistics.median(times) if times else None
+        speedup = med[lo] / med[hi] if None not in med.values() else None
+        out["by_library"][lib] = {"median_s": {str(k): v for k, v in med.items()},
+                                  "speedup": speedup}  # fmt: skip
+    ratios = []
+    for seed in sorted({r["seed"] for r in runs}):
+        j = next(r for r in runs if (r["seed"], r["devices"], r["library"]) == (seed, hi, "jaxes"))
+        b = next(r for r in runs if (r["seed"], r["devices"], r["library"]) == (seed, lo, "brax"))
+        if j["solved"] and b["solved"]:
+            ratios.append(j["wall_s"] / b["wall_s"])
+    out["jaxes_most_over_brax_fewest"] = statistics.median(ratios) if ratios else None
+    return out
+
+
+def format_report(result: dict) -> str:
+    solve = result.get("solve") or {"device_counts": []}
+    lines = [] if solve["device_counts"] else ["1.: not run (--parts)", ""]
+    for n in solve["device_counts"]:
+        subset = [r for r in solve["runs"] if r["devices"] == n]
+        lines += solve_lines(subset, solve["by_devices"][str(n)], n)
+    if len(solve["device_counts"]) > 1:
+        d = solve["devices"]
+        lo, hi = d["fewest"], d["most"]
+        lines.append(
+            f"{hi} devices over {lo}: median time to solve "
+            + ", ".join(
+                f"{lib} {fmt(v['median_s'][str(lo)], '.1f')} -> "
+                f"{fmt(v['median_s'][str(hi)], '.1f')} s ({fmt(v['speedup'], '.2f')}x)"
+                for lib, v in d["by_library"].items()
+            )
+            + f"; jaxes on {hi} against Brax on {lo} (each library's CPU default), median of "
+            f"per-seed ratios {fmt(d['jaxes_most_over_brax_fewest'], '.2f')}"
+        )
+        lines.append("")
+    if "overhead" not in result:
+        return "\n".join(lines + ["2. and 3.: not run (--parts)"])
+    lines += [
         f"2. jaxes ES overhead, P={ROLLOUTS}, episode {EPISODE} (target <= 1.05): "
         f"{EVAL_EVERY} generations fused with lax.scan (as `jaxes train` runs them) vs the "
         f"same {EVAL_EVERY} rollouts in one program; and one jitted generation vs one rollout",
@@ -606,6 +684,8 @@ def format_report(result: dict) -> str:
                 f"{r['single_generation_s'] * 1e3:8.2f}  {r['single_rollout_s'] * 1e3:12.2f}  "
                 f"{r['single_ratio']:6.3f}  {r['ask_tell_s'] * 1e3:11.3f}  {label}"
             )
+    if "hopper" not in result:
+        return "\n".join(lines + ["3.: not run (--parts)"])
     hop = result["hopper"]
     lines += [
         "",
@@ -630,6 +710,18 @@ def parse_args(argv: list[str]):
     parser.add_argument("--overhead-train", type=int, default=None, help="default 20")
     parser.add_argument("--hopper-generations", type=int, default=None, help="default 6")
     parser.add_argument("--reps", type=int, default=None, help="timed calls (default 30)")
+    parser.add_argument(
+        "--parts",
+        type=driver.comma_list(str),
+        default=["solve", "overhead", "hopper"],
+        help="which of solve,overhead,hopper to run (default: all three)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=driver.comma_list(int),
+        default=None,
+        help="CPU device counts for the time to solve (default: 1 and one per core)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {
@@ -642,10 +734,30 @@ def parse_args(argv: list[str]):
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.devices is None:
+        args.devices = sorted({1, os.cpu_count() or 1})
     if args.generations % EVAL_EVERY:
         parser.error(f"--generations must be a multiple of {EVAL_EVERY}")
     args.out = args.out or driver.results_path("brax_vs_brax_es", quick)
     return args
+
+
+def time_to_solve(args) -> dict:
+    """Section 1: every seed on each of `args.devices` CPU device counts, all libraries."""
+    counts = args.devices
+    print(
+        f"1. time to solve, {args.seeds} seed(s), budget {args.generations} generations, "
+        f"on {' and '.join(map(str, counts))} CPU device(s)"
+    )
+    runs = solve_runs(args.seeds, args.generations, args.timeout, counts)
+    by_devices = {str(n): solve_summary([r for r in runs if r["devices"] == n]) for n in counts}
+    return {
+        "runs": runs,
+        "device_counts": counts,
+        "by_devices": by_devices,
+        "summary": by_devices[str(max(counts))],  # what jaxes train now uses on a CPU
+        "devices": devices_summary(runs, counts),
+    }
 
 
 def run(args, argv: list[str]) -> None:
@@ -672,18 +784,21 @@ def run(args, argv: list[str]) -> None:
         "brax_jaxes_xla": "the brax run again, its process started with "
         f"XLA_FLAGS={jaxes_xla_flags()}",
         "persistent_compilation_cache": "off (checked in every child)",
+        "devices": f"time to solve on {args.devices} CPU device(s): XLA_FLAGS="
+        f"{device_count_flag(max(args.devices))} for more than one, in every library's child",
     }
-    print(f"1. time to solve, {args.seeds} seed(s), budget {args.generations} generations")
-    runs = solve_runs(args.seeds, args.generations, args.timeout)
-    result["solve"] = {"runs": runs, "summary": solve_summary(runs)}
-    print("2. ES overhead")
-    for kind in ("overhead", "overhead_xla_defaults"):  # what training runs, then XLA's own
-        spec = {"kind": kind, "train_generations": args.overhead_train, "reps": args.reps}
-        result[kind] = spawn_child(spec, args.timeout)
-    print("3. hopper early exit")
-    reps = max(3, args.reps // 5)
-    spec = {"kind": "hopper", "generations": args.hopper_generations, "reps": reps}
-    result["hopper"] = spawn_child(spec, args.timeout)
+    if "solve" in args.parts:
+        result["solve"] = time_to_solve(args)
+    if "overhead" in args.parts:
+        print("2. ES overhead")
+        for kind in ("overhead", "overhead_xla_defaults"):  # what training runs, then XLA's
+            spec = {"kind": kind, "train_generations": args.overhead_train, "reps": args.reps}
+            result[kind] = spawn_child(spec, args.timeout)
+    if "hopper" in args.parts:
+        print("3. hopper early exit")
+        reps = max(3, args.reps // 5)
+        spec = {"kind": "hopper", "generations": args.hopper_generations, "reps": reps}
+        result["hopper"] = spawn_child(spec, args.timeout)
     result["machine"]["load_average_at_end"] = os.getloadavg()
     report = format_report(result)
     print("\n" + report)
