@@ -500,6 +500,12 @@ def parse_args(argv: list[str]):
         default=["hopper", "function", "bytes"],
         help="any of hopper,function,bytes",
     )
+    parser.add_argument(
+        "--populations",
+        type=driver.comma_list(int),
+        default=None,
+        help="hopper populations (default 32,64; 32 with --quick)",
+    )
     parser.add_argument("--figure", type=Path, default=None, help=f"default {FIGURE}")
     args = parser.parse_args(argv)
     args.out = args.out or driver.results_path("scaling", args.quick)
@@ -512,6 +518,8 @@ def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "brax"))
     quick = args.quick
     hopper = QUICK["hopper"] if quick else HOPPER_GENERATIONS
+    if args.populations:
+        hopper = {p: hopper.get(p, max(hopper.values())) for p in args.populations}
     dim = QUICK["dim"] if quick else FUNCTION_DIM
     steady_from = QUICK["steady_from"] if quick else STEADY_FROM
     tasks = []
