@@ -51,4 +51,8 @@ def test_black_box_notebook_centre_of_mass_covariance_and_restarts():
     assert 0 <= number(r"final regret f - f\*:", text) <= float(runs[0][4])
 
     # Four generations × (CMA-ES | Sep-CMA-ES), and the 10-D curves.
-    assert images(nb) >= 5
+    ecdf = re.search(r"reached at 1000·d: cma_es " + NUMBER + ", sep_cma_es " + NUMBER, text)
+    assert ecdf, text[-2000:]
+    full, diagonal = float(ecdf.group(1)), float(ecdf.group(2))
+    assert 0 <= diagonal < full <= 1  # the rotated functions separate them
+    assert images(nb) >= 6
