@@ -27,12 +27,12 @@ LAYERS = [
             "jaxes.strategies",
             "jaxes.tasks",
             "jaxes.subspace",
-            "jaxes.factored",
             "jaxes.diagnostics",
             "jaxes.testing",
             "jaxes.plotting",
         ],
     ),
+    ("members", ["jaxes.factored"]),
     (
         "core",
         ["jaxes.noise", "jaxes.shaping", "jaxes.optim", "jaxes.evaluation", "jaxes.collectives"],
