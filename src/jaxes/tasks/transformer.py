@@ -1,0 +1,154 @@
+"""A small decoder-only transformer with an explicit, functional KV cache.
+
+Every projection (the fused q/k/v, the attention output, the MLP's two layers, the output
+head) is an ``nn.Dense``, so ``jaxes.factored.apply`` runs a member with its low-rank
+perturbation inside each of them (``x W + (x A) Bᵀ``) and never builds the member's
+matrices. The embeddings and LayerNorm scales are perturbed densely (``factored.apply``
+adds their displacement to the parameter), which costs little: they are small.
+
+The cache is a pytree passed in and returned (``KVCache``), not a mutable flax collection, so
+decoding is a pure function that ``lax.scan`` carries and ``vmap`` batches over members.
+
+``model.apply({"params": params}, tokens, cache, position)`` writes ``tokens`` ``(batch, T)``
+at positions ``position .. position + T - 1`` and returns their logits and the new cache: one
+call prefills a prompt, later calls decode one token each. With ``cache=None`` it is the
+plain causal forward pass over the whole sequence (for backprop, and the reference the
+cached decode is tested against).
+
+The model computes in its parameters' dtype (float32 or bfloat16); attention scores, the
+softmax and LayerNorm statistics stay in float32.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> model = Transformer(vocab=12, d_model=16, heads=2, layers=1, max_len=8)
+  >>> params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  >>> tokens = jnp.array([[1, 2, 3, 4]])
+  >>> full, _ = model.apply({"params": params}, tokens)  # no cache: the whole sequence
+  >>> cache = model.init_cache(1, jnp.float32)
+  >>> first, cache = model.apply({"params": params}, tokens[:, :3], cache, 0)  # prefill
+  >>> last, cache = model.apply({"params": params}, tokens[:, 3:], cache, 3)  # one step
+  >>> cached = jnp.concatenate([first, last], axis=1)
+  >>> cached.shape, bool(jnp.allclose(cached, full, atol=1e-5))
+  ((1, 4, 12), True)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class KVCache(NamedTuple):
+    """Keys and values of every position written so far, every layer stacked.
+
+    Attributes:
+      k: ``(layers, batch, max_len, heads, head_dim)``.
+      v: the same shape.
+    """
+
+    k: jax.Array
+    v: jax.Array
+
+
+def _check_position(position, length: int, max_len: int) -> None:
+    # A traced position cannot be checked; a concrete one can, and past max_len the cache
+    # write would silently clamp (overwriting the last rows) rather than fail.
+    if isinstance(position, int) and not 0 <= position <= max_len - length:
+        raise ValueError(
+            f"position: {length} tokens at position {position} do not fit in max_len={max_len}"
+        )
+
+
+class Block(nn.Module):
+    """One pre-LayerNorm block: causal self-attention, then a GELU MLP, each residual."""
+
+    d_model: int
+    heads: int
+    mlp: int
+
+    @nn.compact
+    def __call__(self, x, cache_kv, position):
+        batch, length, _ = x.shape
+        head_dim = self.d_model // self.heads
+        qkv = nn.Dense(3 * self.d_model, name="qkv")(nn.LayerNorm(name="ln_attention")(x))
+        q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
+        queries_at = position + jnp.arange(length)
+        if cache_kv is None:
+            keys, values, keys_at = k, v, queries_at
+        else:
+            cache_k, cache_v = cache_kv
+            at = (0, position, 0, 0)
+            keys = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), at)
+            values = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), at)
+            cache_kv = (keys, values)
+            # Rows not yet written are zeros: the causal mask hides them, as they are later.
+            keys_at = jnp.arange(cache_k.shape[1])
+        scores = jnp.einsum(
+            "bthd,bshd->bhts", q, keys.astype(q.dtype), preferred_element_type=jnp.float32
+        ) / jnp.sqrt(jnp.float32(head_dim))
+        visible = keys_at[None, :] <= queries_at[:, None]
+        scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        attended = jnp.einsum("bhts,bshd->bthd", weights, values.astype(q.dtype))
+        x = x + nn.Dense(self.d_model, name="out")(attended.reshape(batch, length, -1))
+        h = nn.Dense(self.mlp * self.d_model, name="mlp_in")(nn.LayerNorm(name="ln_mlp")(x))
+        x = x + nn.Dense(self.d_model, name="mlp_out")(nn.gelu(h))
+        return x, cache_kv
+
+
+class Transformer(nn.Module):
+    """A decoder-only transformer: token and learned position embeddings, ``layers``
+    pre-LayerNorm blocks, a final LayerNorm and a dense output head.
+
+    Attributes:
+      vocab: vocabulary size (token ids ``0 .. vocab - 1``).
+      d_model: width of the residual stream; ``heads`` must divide it.
+      heads: attention heads.
+      layers: blocks.
+      mlp: the MLP's hidden width as a multiple of ``d_model``.
+      max_len: positions the model knows (and the cache holds).
+    """
+
+    vocab: int
+    d_model: int = 64
+    heads: int = 4
+    layers: int = 2
+    mlp: int = 4
+    max_len: int = 64
+
+    def init_cache(self, batch: int, dtype=jnp.float32) -> KVCache:
+        """An empty cache for ``batch`` sequences (no parameters needed).
+
+        Example:
+          >>> Transformer(vocab=5, d_model=8, heads=2, max_len=6).init_cache(3).k.shape
+          (2, 3, 6, 2, 4)
+        """
+        if self.d_model % self.heads:
+            raise ValueError(f"heads: {self.heads} does not divide d_model={self.d_model}")
+        shape = (self.layers, batch, self.max_len, self.heads, self.d_model // self.heads)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, cache: KVCache | None = None, position=0):
+        """``(logits, cache)``: logits ``(batch, T, vocab)`` for ``tokens`` ``(batch, T)``
+        written at positions ``position ..``; ``cache=None`` runs the whole sequence causally
+        and returns ``(logits, None)``."""
+        if self.d_model % self.heads:
+            raise ValueError(f"heads: {self.heads} does not divide d_model={self.d_model}")
+        _check_position(position, tokens.shape[-1], self.max_len)
+        positions = position + jnp.arange(tokens.shape[-1])
+        x = nn.Embed(self.vocab, self.d_model, name="embed")(tokens)
+        x = x + nn.Embed(self.max_len, self.d_model, name="position")(positions).astype(x.dtype)
+        ks, vs = [], []
+        for i in range(self.layers):
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+            block = Block(self.d_model, self.heads, self.mlp, name=f"block_{i}")
+            x, layer_cache = block(x, layer_cache, position)
+            if cache is not None:
+                ks.append(layer_cache[0])
+                vs.append(layer_cache[1])
+        logits = nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln_final")(x))
+        return logits, None if cache is None else KVCache(jnp.stack(ks), jnp.stack(vs))
