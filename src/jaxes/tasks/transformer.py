@@ -21,12 +21,13 @@ softmax and LayerNorm statistics stay in float32.
 Example:
   >>> import jax, jax.numpy as jnp
   >>> model = Transformer(vocab=12, d_model=16, heads=2, layers=1, max_len=8)
-  >>> params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  >>> params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  >>> apply = jax.jit(lambda *args: model.apply({"params": params}, *args))
   >>> tokens = jnp.array([[1, 2, 3, 4]])
-  >>> full, _ = model.apply({"params": params}, tokens)  # no cache: the whole sequence
+  >>> full, _ = apply(tokens)  # no cache: the whole sequence
   >>> cache = model.init_cache(1, jnp.float32)
-  >>> first, cache = model.apply({"params": params}, tokens[:, :3], cache, 0)  # prefill
-  >>> last, cache = model.apply({"params": params}, tokens[:, 3:], cache, 3)  # one step
+  >>> first, cache = apply(tokens[:, :3], cache, 0)  # prefill
+  >>> last, cache = apply(tokens[:, 3:], cache, 3)  # one decode step
   >>> cached = jnp.concatenate([first, last], axis=1)
   >>> cached.shape, bool(jnp.allclose(cached, full, atol=1e-5))
   ((1, 4, 12), True)
