@@ -1,0 +1,288 @@
+"""Sequence tasks: a member's fitness is a reward on the sequences it generates.
+
+A model (``jaxes.tasks.transformer.Transformer``, or any ``flax.linen`` module with its call
+signature and an ``init_cache``) continues a batch of prompts token by token: one call
+prefills the prompts into an explicit KV cache, then ``lax.scan`` decodes one token a step
+(``generate``). The reward is any function of the prompts and the generated tokens, and it
+need not be differentiable: that is what evolution strategies are for.
+
+Members are evaluated two ways, with the same result:
+  * ``evaluate``: materialised members (a batch of full params), ``vmap``-ed;
+  * ``evaluate_factored``: the shared centre θ and each member's displacement, applied inside
+    every ``nn.Dense`` by ``jaxes.factored.apply`` (``x W + (x A) Bᵀ`` for low-rank noise), so
+    no member's weight matrices are ever built, and the prompts' ``x W`` in the prefill is
+    computed once for the whole population.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> from jaxes.tasks.transformer import Transformer
+  >>> model = Transformer(vocab=6, d_model=8, heads=2, layers=1, max_len=6)
+  >>> def init_params(key):
+  ...     return model.init(key, jnp.zeros((1, 1), jnp.int32))["params"]
+  >>> def count_fives(prompts, generated):
+  ...     return jnp.mean(generated == 5, axis=1)
+  >>> prompts = jnp.array([[1, 2], [3, 4], [0, 1]])
+  >>> task = sequence_task(model, init_params, prompts, count_fives, steps=3, batch_size=2)
+  >>> params = jax.jit(task.init_params)(jax.random.key(0))
+  >>> members = jax.tree.map(lambda x: jnp.stack([x, -x]), params)
+  >>> fitness, _, info = jax.jit(task.evaluate)(jax.random.key(1), members, task.init(None))
+  >>> fitness.shape, int(info.evaluations), int(info.generated_tokens)
+  ((2,), 2, 12)
+  >>> jax.jit(task.evaluate_policy)(jax.random.key(2), params, None).shape  # one per prompt
+  (3,)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxes import factored
+from jaxes.checks import check_int, check_positive
+from jaxes.types import Task
+
+ApplyFn = Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]]
+RewardFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+class SequenceInfo(NamedTuple):
+    """Counts of one evaluation, summed over chunks and devices.
+
+    Attributes:
+      evaluations: members evaluated.
+      generated_tokens: tokens decoded, over every member and prompt.
+    """
+
+    evaluations: jax.Array
+    generated_tokens: jax.Array
+
+
+def _pick(key, logits: jax.Array, temperature: float) -> jax.Array:
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+
+
+def generate(
+    apply_fn: ApplyFn,
+    cache,
+    prompts: jax.Array,
+    steps: int,
+    *,
+    key: jax.Array | None = None,
+    temperature: float = 0.0,
+    with_logits: bool = False,
+):
+    """Continue ``prompts`` by ``steps`` tokens: one prefill, then ``steps - 1`` one-token
+    decode steps in a ``lax.scan``.
+
+    Args:
+      apply_fn: ``apply_fn(tokens, cache, position) -> (logits, cache)``, the model with its
+        params bound; ``tokens`` ``(N, T)`` are written at positions ``position ..``.
+      cache: an empty cache for ``N`` sequences (``model.init_cache(N, dtype)``) holding at
+        least ``Tp + steps - 1`` positions (the last token is never fed back).
+      prompts: ``(N, Tp)`` int token ids, every prompt the same length.
+      steps: tokens to generate (static, ``>= 1``).
+      key: the sampling key (needed when ``temperature > 0``).
+      temperature: ``0``: greedy (argmax); else sample from ``softmax(logits / temperature)``.
+      with_logits: also return the float32 logits each token was chosen from.
+
+    Returns:
+      the generated tokens ``(N, steps)`` int32, and with ``with_logits`` the logits
+      ``(N, steps, vocab)`` too.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxes.tasks.transformer import Transformer
+      >>> model = Transformer(vocab=7, d_model=8, heads=2, layers=1, max_len=8)
+      >>> params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+      >>> def apply_fn(tokens, cache, position):
+      ...     return model.apply({"params": params}, tokens, cache, position)
+      >>> prompts = jnp.array([[1, 2, 3], [4, 5, 6]])
+      >>> tokens = jax.jit(lambda p: generate(apply_fn, model.init_cache(2), p, steps=4))(prompts)
+      >>> tokens.shape, tokens.dtype
+      ((2, 4), dtype('int32'))
+    """
+    steps = check_int("steps", steps, 1)
+    temperature = check_positive("temperature", temperature, allow_zero=True)
+    if temperature > 0 and key is None:
+        raise ValueError("key: sampling (temperature > 0) needs a key")
+    prompts = jnp.asarray(prompts)
+    if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
+        raise ValueError(
+            f"prompts: expected (N, Tp) int token ids, got shape {prompts.shape} "
+            f"and dtype {prompts.dtype}"
+        )
+    keys = jax.random.split(key, steps) if temperature > 0 else jnp.zeros((steps,))
+    logits, cache = apply_fn(prompts.astype(jnp.int32), cache, 0)
+    logits = logits[:, -1].astype(jnp.float32)
+    token = _pick(keys[0], logits, temperature)
+
+    def decode(carry, step_key):
+        token, logits, cache, position = carry
+        next_logits, cache = apply_fn(token[:, None], cache, position)
+        next_logits = next_logits[:, -1].astype(jnp.float32)
+        next_token = _pick(step_key, next_logits, temperature)
+        return (next_token, next_logits, cache, position + 1), (token, logits)
+
+    start = (token, logits, cache, jnp.int32(prompts.shape[1]))
+    (token, logits, _, _), (tokens, all_logits) = jax.lax.scan(decode, start, keys[1:])
+    tokens = jnp.concatenate([tokens, token[None]]).T
+    if not with_logits:
+        return tokens
+    return tokens, jnp.moveaxis(jnp.concatenate([all_logits, logits[None]]), 0, 1)
+
+
+def prompt_batch(key: jax.Array, prompts: jax.Array, batch_size: int | None) -> jax.Array:
+    """``batch_size`` distinct prompts of the pool drawn with ``key`` (all of them, in order,
+    for ``None`` or the pool's size).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> pool = jnp.arange(10).reshape(5, 2)
+      >>> prompt_batch(jax.random.key(0), pool, 3).shape
+      (3, 2)
+    """
+    if batch_size is None or batch_size == prompts.shape[0]:
+        return prompts
+    rows = jax.random.choice(key, prompts.shape[0], (batch_size,), replace=False)
+    return prompts[rows]
+
+
+def _params_dtype(params):
+    return jnp.result_type(*jax.tree.leaves(params))
+
+
+def _check_prompts(name: str, prompts) -> jax.Array:
+    prompts = jnp.asarray(prompts)
+    if prompts.ndim != 2 or prompts.shape[0] < 1 or prompts.shape[1] < 1:
+        raise ValueError(f"{name}: expected a non-empty (N, Tp) array, got shape {prompts.shape}")
+    if not jnp.issubdtype(prompts.dtype, jnp.integer):
+        raise ValueError(f"{name}: expected int token ids, got dtype {prompts.dtype}")
+    return prompts.astype(jnp.int32)
+
+
+def _rewards(reward_fn: RewardFn, prompts: jax.Array, tokens: jax.Array) -> jax.Array:
+    rewards = jnp.asarray(reward_fn(prompts, tokens))
+    expected = (prompts.shape[0],)
+    if rewards.shape != expected:
+        raise ValueError(
+            f"reward_fn: expected shape {expected} (one reward per sequence), got {rewards.shape}"
+        )
+    return rewards.astype(jnp.float32)
+
+
+def sequence_task(
+    model: nn.Module,
+    init_params: Callable[[jax.Array], Any],
+    prompts,
+    reward_fn: RewardFn,
+    steps: int,
+    *,
+    temperature: float = 0.0,
+    batch_size: int | None = None,
+    eval_prompts=None,
+    chunk_size: int | None = None,
+) -> Task:
+    """A ``Task`` whose fitness is the mean reward of the sequences a member generates.
+
+    Every generation the evaluation key draws ``batch_size`` prompts of the pool, the same
+    batch for every member (and, when sampling, the same sampling key), so members are
+    ranked on equal terms; each member continues them by ``steps`` tokens (``generate``) and
+    scores ``mean(reward_fn(prompts, generated))``.
+
+    Args:
+      model: a ``Transformer`` (or a module with its ``__call__(tokens, cache, position)``,
+        ``init_cache(batch, dtype)`` and ``max_len``).
+      init_params: ``init_params(key) -> params``, the model's ``"params"`` collection.
+      prompts: the pool, ``(N, Tp)`` int token ids.
+      reward_fn: ``reward_fn(prompts (n, Tp), generated (n, steps)) -> (n,)`` floats, any
+        function of tokens (maximised).
+      steps: tokens generated per prompt.
+      temperature: ``0`` decodes greedily; else members sample at this temperature.
+      batch_size: prompts per generation (``None``: the whole pool).
+      eval_prompts: the prompts ``evaluate_policy`` decodes greedily with the centre, one
+        reward each (``None``: the pool).
+      chunk_size: members evaluated at once (``None``: the strategy's memory-budget choice).
+    """
+    prompts = _check_prompts("prompts", prompts)
+    eval_prompts = prompts if eval_prompts is None else _check_prompts("eval_prompts", eval_prompts)
+    steps = check_int("steps", steps, 1)
+    temperature = check_positive("temperature", temperature, allow_zero=True)
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, 1, prompts.shape[0])
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, 1)
+    longest = max(prompts.shape[1], eval_prompts.shape[1]) + steps - 1
+    max_len = getattr(model, "max_len", None)
+    if max_len is not None and longest > max_len:
+        raise ValueError(
+            f"steps: prompts of length {longest - steps + 1} and {steps} steps need "
+            f"max_len >= {longest}, the model has {max_len}"
+        )
+    n = prompts.shape[0] if batch_size is None else batch_size
+
+    def fitness(apply_fn, dtype, batch, sample_key):
+        cache = model.init_cache(batch.shape[0], dtype)
+        tokens = generate(apply_fn, cache, batch, steps, key=sample_key, temperature=temperature)
+        return jnp.mean(_rewards(reward_fn, batch, tokens))
+
+    def info(members: int) -> SequenceInfo:
+        return SequenceInfo(jnp.int32(members), jnp.int32(members * n * steps))
+
+    def init(key):
+        del key
+
+    def evaluate(key, members, task_state):
+        del task_state
+        batch_key, sample_key = jax.random.split(key)
+        batch = prompt_batch(batch_key, prompts, batch_size)
+
+        def one(params):
+            def apply_fn(tokens, cache, position):
+                return model.apply({"params": params}, tokens, cache, position)
+
+            return fitness(apply_fn, _params_dtype(params), batch, sample_key)
+
+        out = jax.vmap(one)(members)
+        return out, None, info(out.shape[0])
+
+    def evaluate_factored(key, centre, deltas, task_state):
+        del task_state
+        batch_key, sample_key = jax.random.split(key)
+        batch = prompt_batch(batch_key, prompts, batch_size)
+        dtype = _params_dtype(centre)
+
+        def one(delta):
+            def apply_fn(tokens, cache, position):
+                return factored.apply(model, centre, delta, tokens, cache, position)
+
+            return fitness(apply_fn, dtype, batch, sample_key)
+
+        out = jax.vmap(one)(deltas)
+        return out, None, info(out.shape[0])
+
+    def evaluate_policy(key, params, task_state):
+        del key, task_state
+
+        def apply_fn(tokens, cache, position):
+            return model.apply({"params": params}, tokens, cache, position)
+
+        cache = model.init_cache(eval_prompts.shape[0], _params_dtype(params))
+        tokens = generate(apply_fn, cache, eval_prompts, steps)
+        return _rewards(reward_fn, eval_prompts, tokens)
+
+    fields = {f.name for f in dataclasses.fields(Task)}
+    extra = {"evaluate_factored": evaluate_factored, "chunk_size": chunk_size}
+    return Task(
+        init,
+        evaluate,
+        evaluate_policy,
+        init_params,
+        **{k: v for k, v in extra.items() if k in fields},
+    )

@@ -1,0 +1,178 @@
+"""The transformer's cached decode and the sequence task, against plain recomputation.
+
+One tiny model and one set of shapes for every test, so each jitted function compiles once.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxes
+from jaxes import parallel
+from jaxes.noise.lowrank import LowRank
+from jaxes.step import TrainState, generation_step
+from jaxes.tasks.sequence import generate, prompt_batch, sequence_task
+from jaxes.tasks.transformer import Transformer
+
+VOCAB, TP, STEPS, MAX_LEN, BATCH, P = 12, 3, 4, 8, 4, 4
+MODEL = Transformer(vocab=VOCAB, d_model=16, heads=2, layers=1, max_len=MAX_LEN)
+POOL = jax.random.randint(jax.random.key(1), (6, TP), 0, VOCAB)
+KEY = jax.random.key(7)
+
+
+def init_params(key):
+    return MODEL.init(key, jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def reward(prompts, generated):
+    # Almost any change of a token changes it, so equal fitness means equal tokens.
+    weights = 1.0 + jnp.arange(generated.shape[1])
+    return jnp.mean(generated == prompts[:, :1], axis=1) + jnp.sum(generated * weights, 1) / 64
+
+
+PARAMS = jax.jit(init_params)(jax.random.key(0))
+TASK = sequence_task(MODEL, init_params, POOL, reward, STEPS, batch_size=BATCH)
+# Low-rank noise, σ large enough that members generate different tokens.
+ES = jaxes.open_es(P, sigma=0.5, noise="lowrank", noise_rank=2)
+
+
+@jax.jit
+def full_logits(params, tokens):
+    return MODEL.apply({"params": params}, tokens)[0].astype(jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames="temperature")
+def cached_generate(params, prompts, key=None, temperature=0.0):
+    def apply_fn(tokens, cache, position):
+        return MODEL.apply({"params": params}, tokens, cache, position)
+
+    cache = MODEL.init_cache(prompts.shape[0], jax.tree.leaves(params)[0].dtype)
+    return generate(
+        apply_fn, cache, prompts, STEPS, key=key, temperature=temperature, with_logits=True
+    )
+
+
+def loop_decode(params, prompts, key=None, temperature=0.0):
+    """Decoding that recomputes the whole sequence, no cache, at every step (on a
+    fixed-length buffer, so one compile: the causal mask hides the unwritten tail); greedy,
+    or sampled with step ``s`` drawing from ``split(key, steps)[s]``."""
+    sequence = np.zeros((prompts.shape[0], MAX_LEN), np.int32)
+    sequence[:, :TP] = np.asarray(prompts)
+    keys = None if key is None else jax.random.split(key, STEPS)
+    logits = []
+    for step in range(STEPS):
+        row = np.asarray(full_logits(params, jnp.asarray(sequence)))[:, TP + step - 1]
+        if temperature == 0.0:
+            sequence[:, TP + step] = row.argmax(-1)
+        else:
+            sequence[:, TP + step] = jax.random.categorical(keys[step], row / temperature)
+        logits.append(row)
+    return sequence[:, TP : TP + STEPS], np.stack(logits, axis=1)
+
+
+def leaves(tree):
+    return [
+        jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        for x in jax.tree.leaves(tree)
+    ]
+
+
+@jax.jit
+def draw_population(params):
+    start = ES.init(jax.random.key(2), params)
+    _, state = ES.ask(jax.random.key(3), start)
+    index = jnp.arange(P)
+    members = jax.vmap(lambda i: ES.member(state, i))(index)
+    deltas = jax.vmap(lambda i: ES.perturbation(state, i))(index)
+    each = [ES.member(state, i) for i in range(P)]  # built alone, as a loop would
+    return start, members, deltas, each
+
+
+@pytest.fixture(scope="module")
+def population():
+    start, members, deltas, each = draw_population(PARAMS)
+    fitness, _, info = jax.jit(TASK.evaluate)(KEY, members, None)
+    return start, members, deltas, each, fitness, info
+
+
+def test_cached_decode_equals_recomputing_the_whole_sequence_every_step():
+    prompts = POOL[:BATCH]
+    tokens, logits = cached_generate(PARAMS, prompts)
+    ref_tokens, ref_logits = loop_decode(PARAMS, prompts)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(logits, ref_logits, atol=2e-5, rtol=1e-5)
+    assert len(np.unique(np.asarray(tokens))) > 1  # not a degenerate, constant model
+
+
+def test_sampled_decode_equals_the_recomputing_loop_with_the_same_keys():
+    prompts, key = POOL[:BATCH], jax.random.key(5)
+    tokens, logits = cached_generate(PARAMS, prompts, key, temperature=1.5)
+    ref_tokens, ref_logits = loop_decode(PARAMS, prompts, key, temperature=1.5)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(logits, ref_logits, atol=2e-5, rtol=1e-5)
+    greedy, _ = cached_generate(PARAMS, prompts)
+    assert not np.array_equal(tokens, greedy)  # it did sample
+
+
+def test_bfloat16_params_decode_with_a_bfloat16_cache_close_to_the_full_forward():
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), PARAMS)
+    prompts = POOL[:BATCH]
+    tokens, logits = cached_generate(params, prompts)
+    sequence = jnp.zeros((BATCH, MAX_LEN), jnp.int32).at[:, :TP].set(prompts)
+    sequence = sequence.at[:, TP : TP + STEPS].set(tokens)
+    # Teacher-forced on the tokens the cache chose: bf16 rounding may flip a near-tie.
+    ref = full_logits(params, sequence)[:, TP - 1 : TP + STEPS - 1]
+    f32 = full_logits(PARAMS, sequence)[:, TP - 1 : TP + STEPS - 1]
+    np.testing.assert_allclose(logits, ref, atol=0.1)
+    np.testing.assert_allclose(logits, f32, atol=0.25)
+
+
+def test_fitness_is_each_members_decode_scored_by_the_reward(population):
+    _, _, _, each, fitness, info = population
+    batch = prompt_batch(jax.random.split(KEY)[0], POOL, BATCH)
+    expected = []
+    for member in each:
+        tokens, _ = loop_decode(member, batch)
+        expected.append(float(jnp.mean(reward(batch, jnp.asarray(tokens)))))
+    np.testing.assert_allclose(fitness, expected, rtol=1e-6)
+    assert len(set(expected)) > 1  # members differ, so the comparison tells them apart
+    assert (int(info.evaluations), int(info.generated_tokens)) == (P, P * BATCH * STEPS)
+
+
+def test_factored_members_give_the_materialised_members_fitness(population):
+    _, _, deltas, _, fitness, info = population
+    leaves = jax.tree.leaves(deltas, is_leaf=lambda x: isinstance(x, LowRank))
+    assert any(isinstance(leaf, LowRank) for leaf in leaves)  # kept factored
+    factored_fitness, _, factored_info = jax.jit(TASK.evaluate_factored)(KEY, PARAMS, deltas, None)
+    np.testing.assert_allclose(factored_fitness, fitness, rtol=1e-6)
+    assert factored_info == info
+
+
+def test_the_device_split_gives_the_one_device_generation(population):
+    ts = TrainState(population[0], None, KEY, jnp.zeros((), jnp.int32))
+    one, one_metrics = jax.jit(generation_step(ES, TASK))(ts)
+    mesh = parallel.make_mesh(2)
+    placed = jax.device_put(ts, parallel.replicated(mesh))
+    split, split_metrics = jax.block_until_ready(
+        jax.jit(parallel.sharded_step(ES, TASK, mesh))(placed)
+    )
+    for a, b in zip(leaves(one.strategy_state), leaves(split.strategy_state), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    assert one_metrics.keys() == split_metrics.keys()
+    for name in one_metrics:
+        np.testing.assert_allclose(one_metrics[name], split_metrics[name], rtol=1e-6)
+    assert int(split_metrics["evaluations"]) == P
+
+
+def test_a_reward_of_the_wrong_shape_names_the_expected_one(population):
+    _, members, deltas, _, _, _ = population
+    task = sequence_task(
+        MODEL, init_params, POOL, lambda p, g: reward(p, g)[:, None], STEPS, batch_size=BATCH
+    )
+    with pytest.raises(ValueError, match=r"^reward_fn: expected shape \(4,\)"):
+        jax.eval_shape(task.evaluate, KEY, members, None)
+    with pytest.raises(ValueError, match=r"^reward_fn: expected shape \(4,\)"):
+        jax.eval_shape(task.evaluate_factored, KEY, PARAMS, deltas, None)
