@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxes import trees
 from jaxes.checks import check_int
 from jaxes.types import Params, Strategy
 
@@ -129,14 +130,24 @@ def evaluate_task(
 ):
     """A ``Task``'s ``evaluate`` over members ``first .. first + count - 1`` in chunks:
     ``(fitness, member_stats, info)`` as if the task had seen all of them at once (fitness and
-    stats in member order, info summed)."""
+    stats in member order, info summed). A task with ``evaluate_factored`` gets the centre and
+    the members' displacements instead, where the strategy offers them."""
+    chunk = getattr(task, "chunk_size", None)
+    if getattr(task, "evaluate_factored", None) is not None and strategy.perturbation is not None:
+        centre = trees.cast_like(state.params, state.dtypes)
+
+        def batch_fn(deltas):
+            return task.evaluate_factored(key, centre, deltas, task_state)
+
+        build = strategy.perturbation
+    else:
+
+        def batch_fn(members):
+            return task.evaluate(key, members, task_state)
+
+        build = None
     fitness, stats, info = map_members(
-        strategy,
-        state,
-        lambda members: task.evaluate(key, members, task_state),
-        first,
-        count,
-        first_is_even=first_is_even,
+        strategy, state, batch_fn, first, count, chunk, first_is_even=first_is_even, build=build
     )
 
     def merge(x):

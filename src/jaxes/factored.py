@@ -36,13 +36,15 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxes import evaluation
-from jaxes.noise.lowrank import LowRank, dense, is_factored
+from jaxes import evaluation, quantized, trees
+from jaxes.noise.lowrank import LowRank, is_factored
+from jaxes.quantized import Int8, is_int8
 from jaxes.types import Params, Strategy
 
 
@@ -68,9 +70,18 @@ def matmul(x: jax.Array, w: jax.Array, delta, precision=None) -> jax.Array:
 
 
 def member(params: Params, delta: Params) -> Params:
-    """``params + delta`` with every factored leaf multiplied out: the member itself (a
-    reference for tests, or for a model that cannot take factors)."""
-    return jax.tree.map(lambda x, d: x + d.astype(x.dtype), params, dense(delta))
+    """``params + delta``, the member itself (a reference for tests, or for a model that cannot
+    take factors): each leaf computed in float32 and rounded to its dtype, except a factored
+    leaf, which is kept exact in float32 (``round(θ) + A Bᵀ``, what ``apply`` evaluates)."""
+
+    def add(x, d):
+        x = jnp.asarray(x)
+        wide = x.astype(trees.master_dtype(x.dtype))
+        if is_factored(d):
+            return wide + d.dense().astype(wide.dtype)
+        return (wide + d.astype(wide.dtype)).astype(x.dtype)
+
+    return jax.tree.map(add, params, delta, is_leaf=is_factored)
 
 
 def _at(tree, path: tuple[str, ...]):
@@ -82,72 +93,216 @@ def _at(tree, path: tuple[str, ...]):
     return tree
 
 
-def _factored_kernel(context, delta):
-    """The factored displacement of the kernel of the ``nn.Dense`` being called, if any."""
-    if context.method_name != "__call__" or not isinstance(context.module, nn.Dense):
+def _letters(n: int) -> str:
+    return "abcdefghijklmnopq"[:n]
+
+
+def _dense_term(x, d: LowRank, precision):
+    return low_rank_term(x, d, precision)
+
+
+def _dense_general_term(module: nn.DenseGeneral, x, d: LowRank, precision):
+    """The low-rank term of an ``nn.DenseGeneral`` whose kernel (inputs' contracted axes, then
+    features) is factored over its last two axes, as one einsum; ``None`` where the layer
+    contracts other than the inputs' trailing axes or has batch axes."""
+    axis = module.axis if isinstance(module.axis, tuple) else (module.axis,)
+    axis = tuple(a % x.ndim for a in axis)
+    if module.batch_dims or axis != tuple(range(x.ndim - len(axis), x.ndim)):
         return None
-    kernel = _at(delta, tuple(context.module.path) + ("kernel",))
-    return kernel if is_factored(kernel) else None
+    k = _letters(d.a.ndim)  # the kernel's axes: inputs' contracted ones, then features
+    inputs, outputs = k[: len(axis)], k[len(axis) :]
+    spec = f"...{inputs},{k[:-1]}r,{k[:-2]}{k[-1]}r->...{outputs}"
+    return jnp.einsum(spec, x, d.a, d.b, precision=precision)
 
 
-def _dense_layers(module, params, delta, args, kwargs, method) -> set[tuple[str, ...]]:
-    """Paths of the ``nn.Dense`` layers that read a factored kernel, found by tracing the
+def _embed_term(x, d: LowRank):
+    """Rows ``x`` (token ids) of ``A Bᵀ``: ``A[x] Bᵀ``."""
+    return jnp.einsum("...r,nr->...n", jnp.take(d.a, x, axis=0), d.b)
+
+
+def _attend_term(x, d: LowRank):
+    """``x (A Bᵀ)ᵀ = (x B) Aᵀ``: an embedding used as the output layer."""
+    return jnp.einsum("...r,mr->...m", jnp.einsum("...n,nr->...r", x, d.b), d.a)
+
+
+# The layers that take a factored displacement of their weight (and an Int8 one), and the name
+# of that weight in their params.
+_WEIGHT = {nn.Dense: "kernel", nn.DenseGeneral: "kernel", nn.Embed: "embedding"}
+
+
+def _weight_name(context) -> str | None:
+    """The weight a served layer's intercepted call reads (``None``: not a served call)."""
+    for kind, name in _WEIGHT.items():
+        if isinstance(context.module, kind):
+            method = context.method_name
+            if method == "__call__" or (kind is nn.Embed and method == "attend"):
+                return name
+    return None
+
+
+def _term(context, x, d: LowRank):
+    """The low-rank term the intercepted call adds (``None``: this call cannot take it)."""
+    module = context.module
+    if isinstance(module, nn.Dense):
+        return _dense_term(x, d, module.precision)
+    if isinstance(module, nn.DenseGeneral):
+        return _dense_general_term(module, x, d, module.precision)
+    if context.method_name == "attend":
+        return _attend_term(x, d)
+    return _embed_term(x, d)
+
+
+def _int8_call(context, x, w: Int8):
+    """The quantised forward of an ``nn.Dense`` (``None`` for any other layer, which then
+    reads its weight dequantized)."""
+    module = context.module
+    if not isinstance(module, nn.Dense) or w.values.ndim != 2:
+        return None
+    out = quantized.matmul(x, w)
+    if module.use_bias:
+        out = out + module.get_variable("params", "bias").astype(jnp.float32)
+    dtype = module.dtype or jnp.result_type(x, module.param_dtype)
+    return out.astype(jnp.promote_types(dtype, jnp.float32))
+
+
+class _Plan(NamedTuple):
+    """What ``apply`` does at each served layer: the ``(layer path, weight name)`` of layers
+    that add their factored term (``terms``) and of ``nn.Dense`` layers that run their int8
+    kernel (``int8``)."""
+
+    terms: frozenset
+    int8: frozenset
+
+
+def _served(module, variables, params, delta, args, kwargs, method) -> _Plan:
+    """Which layers take their weight's factored term or int8 kernel, found by tracing the
     model once abstractly (``eval_shape``: nothing runs)."""
-    found: set[tuple[str, ...]] = set()
+    terms, int8 = set(), set()
 
     def record(next_fun, call_args, call_kwargs, context):
-        if _factored_kernel(context, delta) is not None:
-            found.add(tuple(context.module.path))
+        name = _weight_name(context)
+        if name is not None:
+            path = tuple(context.module.path)
+            d = _at(delta, path + (name,))
+            w = _at(params, path + (name,))
+            x = call_args[0]
+            runs_int8 = is_int8(w) and (d is None or is_factored(d))
+            if runs_int8 and _int8_call(context, x, w) is not None:
+                int8.add((path, name))
+            if is_factored(d) and _term(context, x, d) is not None:
+                terms.add((path, name))
         return next_fun(*call_args, **call_kwargs)
 
     def run():
         with nn.intercept_methods(record):
-            return module.apply({"params": params}, *args, method=method, **kwargs)
+            return module.apply(
+                _placeholders(variables, params, frozenset()), *args, method=method, **kwargs
+            )
 
     jax.eval_shape(run)
-    return found
+    return _Plan(frozenset(terms), frozenset(int8))
 
 
-def apply(module: nn.Module, params: Params, delta: Params, *args, method=None, **kwargs):
-    """``module.apply({"params": params + delta}, *args, **kwargs)`` with every ``nn.Dense``
-    whose kernel displacement is factored computing ``x W + (x A) Bᵀ`` instead.
+def _names(path) -> tuple:
+    return tuple(getattr(k, "key", getattr(k, "name", None)) for k in path)
 
-    ``params`` is the model's ``"params"`` collection (the centre θ), ``delta`` a
-    displacement like it (``strategy.perturbation(state, i)``).
+
+def _placeholders(variables, params, int8_paths: frozenset):
+    """``variables`` with ``params`` as their params collection, every ``Int8`` leaf
+    dequantized except those the int8 forward reads (kept as the int8 values)."""
+
+    def leaf(path, x):
+        if not is_int8(x):
+            return x
+        names = _names(path)
+        return x.values if (names[:-1], names[-1]) in int8_paths else x.dequantize()
+
+    out = dict(variables)
+    out["params"] = jax.tree_util.tree_map_with_path(leaf, params, is_leaf=is_int8)
+    return out
+
+
+def _split_variables(params, delta):
+    """flax's ``{"params": ..., other collections}`` or the params collection alone, with the
+    delta like either: ``(variables, params, delta)``."""
+    if isinstance(params, Mapping) and "params" in params:
+        variables, params = dict(params), params["params"]
+        if isinstance(delta, Mapping) and set(delta) == {"params"}:
+            delta = delta["params"]
+    else:
+        variables = {}
+    return variables, params, delta
+
+
+def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
+    """``module.apply(variables with params + delta, *args, **kwargs)``, evaluated factored.
+
+    ``params`` is the centre θ: the model's ``"params"`` collection, or the variables flax's
+    ``module.init`` returns (``{"params": ..., ...}``; other collections pass through).
+    Leaves may be ``Int8`` (``jaxes.quantized.quantize``). ``delta`` is a displacement like
+    the params (``strategy.perturbation(state, i)``), or ``None`` for the centre itself.
+
+    * Every ``nn.Dense``, ``nn.DenseGeneral`` (contracting the inputs' trailing axes) and
+      ``nn.Embed`` (lookup and ``attend``) whose weight's displacement is factored adds its
+      low-rank term, computed and summed in float32 — ``x W + (x A) Bᵀ`` — so no member matrix
+      is formed; a narrow (bfloat16) ``W`` is used as it is, rounded once, and the term is
+      exact.
+    * Every ``nn.Dense`` whose kernel is ``Int8`` runs the quantised forward
+      ``(x @ values) * scale``; other layers read an ``Int8`` weight dequantized.
+    * Any other leaf's displacement is added to its parameter first (in float32, rounded to
+      the leaf's dtype; a factored one kept exact in float32), so the result is the member's
+      output whatever the model holds.
 
     Example:
       >>> import flax.linen as nn, jax, jax.numpy as jnp
       >>> model = nn.Dense(3)
-      >>> params = model.init(jax.random.key(0), jnp.ones(4))["params"]
+      >>> variables = model.init(jax.random.key(0), jnp.ones(4))
       >>> a, b = jax.random.normal(jax.random.key(1), (2, 4, 1))
       >>> delta = {"kernel": LowRank(a[..., :1], b[:3]), "bias": jnp.ones(3)}
-      >>> out = apply(model, params, delta, jnp.ones(4))
-      >>> ref = model.apply({"params": member(params, delta)}, jnp.ones(4))
+      >>> out = apply(model, variables, delta, jnp.ones(4))
+      >>> ref = model.apply({"params": member(variables["params"], delta)}, jnp.ones(4))
       >>> bool(jnp.allclose(out, ref, atol=1e-5))
       True
     """
-    served = _dense_layers(module, params, delta, args, kwargs, method)
+    variables, params, delta = _split_variables(params, delta)
+    jax.tree_util.tree_map_with_path(quantized.check_leaf, params, is_leaf=is_int8)
+    if delta is None:
+        delta = jax.tree.map(lambda x: None, params, is_leaf=is_int8)
+    plan = _served(module, variables, params, delta, args, kwargs, method)
 
     def shifted(path, x, d):
-        names = tuple(getattr(k, "key", getattr(k, "name", None)) for k in path)
-        if is_factored(d) and names[:-1] in served and names[-1] == "kernel":
+        names = (_names(path)[:-1], _names(path)[-1])
+        if d is None or (is_factored(d) and names in plan.terms):
             return x
-        return x + dense(d).astype(x.dtype)
+        x = x.dequantize() if is_int8(x) else jnp.asarray(x)
+        wide = x.astype(trees.master_dtype(x.dtype))
+        if is_factored(d):
+            return wide + d.dense().astype(wide.dtype)
+        return (wide + d.astype(wide.dtype)).astype(x.dtype)
 
-    variables = {
-        "params": jax.tree_util.tree_map_with_path(shifted, params, delta, is_leaf=is_factored)
-    }
+    moved = jax.tree_util.tree_map_with_path(
+        shifted, params, delta, is_leaf=lambda x: is_int8(x) or is_factored(x) or x is None
+    )
 
-    def add_low_rank_term(next_fun, call_args, call_kwargs, context):
-        kernel = _factored_kernel(context, delta)
-        out = next_fun(*call_args, **call_kwargs)
-        if kernel is None:
+    def served_call(next_fun, call_args, call_kwargs, context):
+        at = (tuple(context.module.path), _weight_name(context))
+        if at not in plan.terms and at not in plan.int8:
+            return next_fun(*call_args, **call_kwargs)
+        x = call_args[0]
+        if at in plan.int8:
+            out = _int8_call(context, x, _at(params, at[0] + (at[1],)))
+        else:
+            out = next_fun(*call_args, **call_kwargs)
+        if at not in plan.terms:
             return out
-        term = low_rank_term(call_args[0], kernel, context.module.precision)
-        return out + term.astype(out.dtype)
+        # The term is summed in float32 and the layer's output keeps its own dtype.
+        term = _term(context, x, _at(delta, at[0] + (at[1],)))
+        return (out.astype(jnp.float32) + term.astype(jnp.float32)).astype(out.dtype)
 
-    with nn.intercept_methods(add_low_rank_term):
-        return module.apply(variables, *args, method=method, **kwargs)
+    with nn.intercept_methods(served_call):
+        return module.apply(
+            _placeholders(variables, moved, plan.int8), *args, method=method, **kwargs
+        )
 
 
 def evaluate(
@@ -156,17 +311,22 @@ def evaluate(
     fitness_fn: Callable[[Params, Params], jax.Array],
     *,
     chunk_size: int | None = None,
+    quantize: bool = False,
 ) -> jax.Array:
     """Fitness ``(P,)`` of the population the last ``ask`` drew, from
-    ``fitness_fn(centre, delta)`` (a scalar): ``centre`` is θ, ``delta`` member ``i``'s
-    displacement (``strategy.perturbation``, factored where the noise is).
+    ``fitness_fn(centre, delta)`` (a scalar): ``centre`` is θ in the params' dtypes
+    (``jaxes.centre``; with ``quantize``, every matrix as ``Int8`` with per-channel scales,
+    ``jaxes.quantized.quantize``), ``delta`` member ``i``'s displacement from it
+    (``strategy.perturbation``, factored where the noise is). Pass both to ``apply``.
 
     Members are ``vmap``-ed ``chunk_size`` at a time (must divide ``P``; ``None``: all at
     once, since factored members cost little memory).
     """
     if strategy.perturbation is None:
         raise ValueError("strategy: it offers no perturbation(state, i); use jaxes.evaluate")
-    centre = state.params
+    centre = trees.cast_like(state.params, state.dtypes)
+    if quantize:
+        centre = quantized.quantize(centre)
     out = evaluation.map_members(
         strategy,
         state,

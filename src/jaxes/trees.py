@@ -85,6 +85,17 @@ def is_rounded(dtype) -> bool:
     return master_dtype(dtype) != jnp.dtype(dtype)
 
 
+def cast_like(params: Params, dtypes: Params) -> Params:
+    """``params`` with each leaf cast to the dtype of ``dtypes``' leaf (a pytree like it).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> cast_like({"w": jnp.ones(2)}, {"w": jnp.zeros((), jnp.bfloat16)})["w"].dtype
+      dtype(bfloat16)
+    """
+    return jax.tree.map(lambda x, t: jnp.asarray(x).astype(t.dtype), params, dtypes)
+
+
 def num_params(params: Params) -> int:
     """Total number of scalars in ``params``.
 

@@ -109,6 +109,15 @@ class Task:
       act: ``act(params, obs, task_state) -> action``, the policy step that ``evaluate``,
         ``evaluate_policy`` and a replay all use (observation normalisation included);
         ``None`` for a task that is not a control problem.
+      evaluate_factored: ``evaluate_factored(key, centre, deltas, task_state) -> (fitness,
+        member_stats, info)``, as ``evaluate`` but with the members given as the shared centre
+        (θ in the params' dtypes, ``jaxes.centre``) and their displacements (leading axis
+        ``B``; leaves arrays or ``LowRank`` factors, as ``strategy.perturbation`` makes them),
+        so that a model can run them factored (``jaxes.factored.apply``); used instead of
+        ``evaluate`` whenever the strategy offers ``perturbation``. ``None``: members are
+        always built.
+      chunk_size: members evaluated at once (it must divide each device's share); ``None``:
+        as many as the strategy's memory budget holds.
 
     Tasks are not split across devices by themselves: ``jaxes.step.generation_step`` gives
     each device its members and gathers what ``evaluate`` returns, so a task never needs an
@@ -121,3 +130,5 @@ class Task:
     init_params: Callable[[PRNGKey], Params]
     update: Callable[[Any, Any], Any] | None = None
     act: Callable[[Params, jax.Array, Any], jax.Array] | None = None
+    evaluate_factored: Callable[[PRNGKey, Params, Any, Any], tuple[Fitness, Any, Any]] | None = None
+    chunk_size: int | None = None

@@ -230,7 +230,8 @@ def moments(
     dtypes: Params | None = None,
 ) -> tuple[list[Params], list[Params] | None]:
     """``Perturbations.moments`` for the recipe ``recipe`` (a ``Perturbations``): see there."""
-    dtypes = params if dtypes is None else dtypes
+    # A narrow leaf whose member is round(θ) + δ (factored noise) sums its nominal δ.
+    dtypes = recipe.member_dtypes(noise_state, params, dtypes)
     groups = [check_coeffs(coeffs, recipe.population_size)]
     if square_coeffs is not None:
         groups.append(check_coeffs(square_coeffs, recipe.population_size))

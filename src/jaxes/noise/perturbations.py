@@ -4,7 +4,15 @@ Member ``i`` of a population is ``θ + s_i σ ε_{j(i)}``, rounded to each leaf'
 antithetic pairs ``j = i // 2`` and ``s_i = +1, -1, +1, -1, ...``; without them ``j = i`` and
 ``s_i = +1``. ``ε_j`` comes from a ``NoiseSource`` (``jaxes.noise.sources``) as a pure function
 of ``(noise_state, fold_in(key, j))``, so a member built alone, inside ``vmap`` or on another
-device is bit-identical to its row of the population. A ``Perturbations`` recipe builds members
+device is bit-identical to its row of the population.
+
+A leaf narrower than float32 (bfloat16, float16) whose noise the source keeps factored
+(low-rank) is the exception: its member is the *rounded centre plus the exact displacement*,
+``round(θ) + s_i σ ε``, held in float32. The rounding offset ``round(θ) - θ`` is the same for
+every member, so the population is centred on ``round(θ)`` and the update estimates the
+gradient there; ``jaxes.factored`` evaluates such a member as ``x round(W) + (x A) Bᵀ`` without
+ever rounding the low-rank term. Any other narrow leaf's member is ``round(θ + s_i σ ε)``, and
+its displacement is the one it really had. A ``Perturbations`` recipe builds members
 (``member``, ``members``, ``population``, ``displacement``), sizes chunks to its memory budget
 (``jaxes.noise.budget``) and sums the population's displacements (``moments``, in
 ``jaxes.noise.moments``).
@@ -21,8 +29,9 @@ import jax.numpy as jnp
 from jaxes.noise import budget
 from jaxes.noise import moments as moments_lib
 from jaxes.noise.keys import noise_key
+from jaxes.noise.lowrank import is_factored
 from jaxes.noise.sources import NoiseSource, Table
-from jaxes.trees import broadcast_like, master_dtype, num_params
+from jaxes.trees import broadcast_like, is_rounded, master_dtype, num_params
 from jaxes.types import Params
 
 # From this many parameters on, a population reads its table windows one base at a time.
@@ -94,11 +103,53 @@ class Perturbations:
         """How many independent ``ε_j`` one population uses."""
         return self.population_size // 2 if self.antithetic else self.population_size
 
+    def factored_leaves(self, noise_state, params: Params) -> list[bool]:
+        """Per leaf of ``params``, whether the source keeps its perturbation factored."""
+        leaves = jax.tree.leaves(params)
+        if self.source.factors is None:
+            return [False] * len(leaves)
+        shapes = jax.eval_shape(
+            lambda key: self.source.factors(noise_state, key, 0, params), jax.random.key(0)
+        )
+        return [is_factored(x) for x in jax.tree.structure(params).flatten_up_to(shapes)]
+
+    def member_dtypes(self, noise_state, params: Params, dtypes: Params | None) -> Params:
+        """The dtypes members are built in: each leaf's own, except a narrow leaf with factored
+        noise, whose member (``round(θ) + δ``, exact) is held in its master dtype."""
+        dtypes = params if dtypes is None else dtypes
+        treedef = jax.tree.structure(params)
+        out = [
+            jnp.zeros((), master_dtype(t.dtype)) if f and is_rounded(t.dtype) else t
+            for t, f in zip(
+                jax.tree.leaves(dtypes), self.factored_leaves(noise_state, params), strict=True
+            )
+        ]
+        return treedef.unflatten(out)
+
+    def rounds(self, noise_state, params: Params, dtypes: Params | None) -> bool:
+        """Whether some leaf's members are rounded (``round(θ + δ)``), so their realised
+        displacements are summed instead of the nominal ones."""
+        built = self.member_dtypes(noise_state, params, dtypes)
+        return any(is_rounded(t.dtype) for t in jax.tree.leaves(built))
+
+    def centre(self, noise_state, params: Params, dtypes: Params | None) -> Params:
+        """What members are built around: ``θ``, with every narrow leaf whose member is
+        ``round(θ) + δ`` rounded first (in the master dtype)."""
+        dtypes = params if dtypes is None else dtypes
+        built = self.member_dtypes(noise_state, params, dtypes)
+        return jax.tree.map(
+            lambda x, t, b: x.astype(t.dtype).astype(x.dtype) if b.dtype != t.dtype else x,
+            params,
+            dtypes,
+            built,
+        )
+
     def eval_chunk(self, params: Params, dtypes: Params | None = None, members: int = 0) -> int:
         """Members evaluated at once: the largest divisor of ``members`` (default ``P``) whose
         members (in their dtype, plus their float32 noise) fit in the budget."""
+        built = self.member_dtypes(None, params, dtypes)
         fit = budget.units_in_budget(
-            self.memory_budget, "member", budget.member_bytes(params, dtypes)
+            self.memory_budget, "member", budget.member_bytes(params, built)
         )
         return budget.largest_divisor_at_most(members or self.population_size, fit)
 
@@ -131,7 +182,9 @@ class Perturbations:
         """
         eps = self.base(noise_state, key, j, params)
         signs = jnp.array([1.0, -1.0] if self.antithetic else [1.0], jnp.float32)
-        return jax.vmap(lambda s: perturb(params, sigma, eps, s, dtypes))(signs)
+        centre = self.centre(noise_state, params, dtypes)
+        built = self.member_dtypes(noise_state, params, dtypes)
+        return jax.vmap(lambda s: perturb(centre, sigma, eps, s, built))(signs)
 
     def member(self, noise_state, key, i, params: Params, sigma, dtypes=None) -> Params:
         """Member ``i`` alone; bit-identical to row ``i`` of ``population``."""
@@ -139,11 +192,12 @@ class Perturbations:
         group = self._members_of_base(noise_state, key, j, params, sigma, dtypes)
         return jax.tree.map(lambda g: g[slot], group)
 
-    def displacement(self, noise_state, key, i, params: Params, sigma) -> Params:
-        """Member ``i``'s displacement ``s_i σ ε_{j(i)}`` (float32), with the source's factored
-        leaves kept factored (``sigma`` and the sign folded into their first factor, so a
-        factored leaf needs one σ for the whole leaf). For a source without factors it is the
-        dense ``s_i σ ε``."""
+    def displacement(self, noise_state, key, i, params: Params, sigma, dtypes=None) -> Params:
+        """Member ``i``'s displacement from ``centre`` (float32): ``s_i σ ε_{j(i)}``, with the
+        source's factored leaves kept factored (``sigma`` and the sign folded into their first
+        factor, so a factored leaf needs one σ for the whole leaf). A leaf whose member is
+        rounded (``round(θ + δ)``) gets the displacement it really had from the rounded
+        centre, ``round(θ + δ) - round(θ)``, so ``round(θ) + δ`` rounds back to the member."""
         j, slot = (i // 2, i % 2) if self.antithetic else (i, 0)
         sign = jnp.where(slot == 0, 1.0, -1.0).astype(jnp.float32)
         if self.source.factors is None:
@@ -152,16 +206,23 @@ class Perturbations:
             eps = self.source.factors(noise_state, noise_key(key), j, params)
         treedef = jax.tree.structure(params)
         sig = treedef.flatten_up_to(broadcast_like(sigma, params))
+        built = jax.tree.leaves(self.member_dtypes(noise_state, params, dtypes))
         out = []
-        for path_leaf, s, e in zip(
+        for path_leaf, s, e, t in zip(
             jax.tree_util.tree_leaves_with_path(params),
             sig,
             treedef.flatten_up_to(eps),
+            built,
             strict=True,
         ):
             scale = sign * jnp.asarray(s, jnp.float32)
             if isinstance(e, jax.Array):
-                out.append(scale * e)
+                if is_rounded(t.dtype):
+                    theta = path_leaf[1].astype(jnp.float32)
+                    rounded = perturb(theta, s, e, sign, t).astype(jnp.float32)
+                    out.append(rounded - theta.astype(t.dtype).astype(jnp.float32))
+                else:
+                    out.append(scale * e)
                 continue
             if jnp.ndim(scale) != 0:
                 raise ValueError(

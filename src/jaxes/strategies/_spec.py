@@ -175,17 +175,18 @@ def _member(perturbations: noise_lib.Perturbations, state, i, scale):
 
 
 def _perturbation(perturbations: noise_lib.Perturbations, state, i, scale_of):
-    """Member ``i``'s displacement ``member - θ`` (NaN for a traced index outside ``[0, P)``,
-    as ``member``); refused for rounded members, whose displacement is not ``σε``."""
-    if _state.is_rounded_state(state):
-        raise ValueError(
-            "perturbation: members of params narrower than float32 are rounded, so their "
-            "displacement is not σε; build them with member() instead"
-        )
+    """Member ``i``'s displacement from ``jaxes.centre(state)`` (NaN for a traced index outside
+    ``[0, P)``, as ``member``): factored where the noise is, and for a rounded member the
+    displacement it really had from the rounded centre."""
     p = perturbations.population_size
     i = _state.check_member_index(i, p)
     valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(jnp.float32)
     delta = perturbations.displacement(
-        state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale_of(state)
+        state.noise_state,
+        state.key,
+        jnp.clip(i, 0, p - 1),
+        state.params,
+        scale_of(state),
+        state.dtypes,
     )
     return jax.tree.map(lambda x: x * valid, delta)

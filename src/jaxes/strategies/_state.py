@@ -133,7 +133,8 @@ def is_rounded_state(state) -> bool:
 
 
 def best_params(perturbations, state):
-    """The best member seen so far, rebuilt from its recipe (in the params' dtypes)."""
+    """The best member seen so far, rebuilt from its recipe, in the params' dtypes (a narrow
+    leaf whose member was ``round(θ) + δ`` comes back rounded once more)."""
     best = state.best
     if best.centre is None:
         raise ValueError(
@@ -141,6 +142,8 @@ def best_params(perturbations, state):
             "best fitness; build it with track_best=True to rebuild the best member"
         )
     key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
-    return perturbations.member(
+    member = perturbations.member(
         state.noise_state, key, best.index, best.centre, best.scale, state.dtypes
     )
+    # A narrow leaf with factored noise is built exactly, in float32: rounded back here.
+    return trees.cast_like(member, state.dtypes)

@@ -11,7 +11,7 @@ import optax
 
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
-from jaxes.strategies._state import is_rounded_state, scalar_dtype
+from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies.base import BestMember, StrategyInfo
 
 
@@ -31,7 +31,8 @@ def population_moments(
     the scale members were built with, a scalar or a pytree like the params. With antithetic
     float32 pairs ``Σ δ_i`` is exactly zero and is not rebuilt.
     """
-    plain = is_rounded_state(state) or not perturbations.antithetic
+    rounds = perturbations.rounds(state.noise_state, state.params, state.dtypes)
+    plain = rounds or not perturbations.antithetic
     both = jnp.stack([mass, jnp.ones_like(mass)])
     sums, square_sums = perturbations.moments(
         state.noise_state,

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from jaxes import centroid
+from jaxes import centroid, trees
 
 
 class EstimateStats(NamedTuple):
@@ -86,7 +86,7 @@ def centre(state):
       >>> state.params.dtype, centre(state).dtype
       (dtype('float32'), dtype(bfloat16))
     """
-    return jax.tree.map(lambda x, t: x.astype(t.dtype), state.params, state.dtypes)
+    return trees.cast_like(state.params, state.dtypes)
 
 
 # Every strategy's state has these fields, its own between them, in this order (the order is
