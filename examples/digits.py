@@ -14,6 +14,7 @@ minutes in all with compiles; ``--quick`` (100 generations) at 0.958 (full-rank)
 
 Run:
   python examples/digits.py [--quick] [--model full-rank|low-rank|big full-rank|all]
+                            [--weights float32|bfloat16|int8]
   (or JAXES_QUICK=1)
 
 It ends with one line per model, e.g.
@@ -24,6 +25,7 @@ It ends with one line per model, e.g.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 import jax
@@ -44,9 +46,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few times fewer generations")
     parser.add_argument("--model", choices=[*classifier.CONFIGS, "all"], default="all")
+    parser.add_argument(
+        "--weights",
+        choices=classifier.WEIGHTS,
+        default="float32",
+        help="the weights members are evaluated with (bfloat16 and int8: the low-rank model)",
+    )
     args = parser.parse_args()
     chosen = classifier.configs(args.quick or quick_from_env())
-    names = list(classifier.CONFIGS) if args.model == "all" else [args.model]
+    if args.weights != "float32":
+        chosen = {
+            name: dataclasses.replace(c, weights=args.weights)
+            for name, c in chosen.items()
+            if c.noise == "lowrank"
+        }
+    names = list(chosen) if args.model == "all" else [args.model]
+    if args.model not in ("all", *chosen):
+        parser.error(f"--weights {args.weights} needs the low-rank model, not {args.model!r}")
     data = classification.digits()
     print(
         f"digits: {data['x_train'].shape[0]} train / {data['x_test'].shape[0]} test images, "

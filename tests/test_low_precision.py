@@ -177,3 +177,17 @@ def test_int8_base_with_low_rank_members_matches_the_dequantized_members():
         )
     )(jnp.arange(4))
     np.testing.assert_allclose(got, ref, rtol=1e-4)
+
+
+def test_the_digits_classifier_takes_the_weights_its_members_are_evaluated_with():
+    from jaxes.training import classifier
+
+    with pytest.raises(ValueError, match=r"^weights: expected one of float32, bfloat16, int8"):
+        classifier.Config("x", hidden=(8,), noise="lowrank", weights="int4")
+    with pytest.raises(ValueError, match=r"^weights: 'int8' members are evaluated factored"):
+        classifier.Config("x", hidden=(8,), weights="int8")
+    config = classifier.Config("x", hidden=(8,), noise="lowrank", weights="int8")
+    params = {"Dense_0": {"kernel": jnp.ones((64, 8)), "bias": jnp.zeros(8)}}
+    deployed = classifier.deployed(config, params)
+    assert quantized.is_int8(deployed["Dense_0"]["kernel"])
+    assert deployed["Dense_0"]["bias"].dtype == jnp.float32

@@ -25,11 +25,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import factored, subspace, trees
+from jaxes import factored, quantized, subspace, trees
 from jaxes.evaluation import evaluate
 from jaxes.strategies import open_es
 from jaxes.tasks import classification
 from jaxes.types import Strategy
+
+# The weights members are evaluated with: float32; bfloat16 params (each member the rounded
+# centre plus its exact low-rank term); an int8 base (the float32 θ quantised per output
+# channel each generation, jaxes.quantized) plus the low-rank term.
+WEIGHTS = ("float32", "bfloat16", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,16 @@ class Config:
     eval_every: int = 5
     seed: int = 0
     subspace_dim: int | None = None
+    weights: str = "float32"
+
+    def __post_init__(self):
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights: expected one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+        if self.weights != "float32" and self.noise != "lowrank":
+            raise ValueError(
+                f"weights: {self.weights!r} members are evaluated factored, which needs "
+                f"noise='lowrank', got noise={self.noise!r}"
+            )
 
     @property
     def layers(self) -> str:
@@ -135,7 +150,7 @@ def _block(config: Config, model, es: Strategy, data):
                 logits = factored.apply(model, centre, delta, x)
                 return -classification.cross_entropy(logits, y)
 
-            fit = factored.evaluate(es, state, member_fitness)
+            fit = factored.evaluate(es, state, member_fitness, quantize=config.weights == "int8")
         else:
             fit = evaluate(es, state, lambda p: classification.fitness(model, p, x, y))
         state, info = es.tell(state, fit)
@@ -143,17 +158,29 @@ def _block(config: Config, model, es: Strategy, data):
 
     def block(state, key):
         state, losses = jax.lax.scan(generation, state, jax.random.split(key, config.eval_every))
-        return state, losses.mean(), measure(model, data, state.params)
+        return state, losses.mean(), measure(model, data, deployed(config, state.params))
 
     return block
 
 
+def deployed(config: Config, params):
+    """The model the centre ``params`` (float32 master) stands for: in the weights its members
+    were evaluated with (bfloat16, or int8 with per-channel scales)."""
+    if config.weights == "bfloat16":
+        return jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    if config.weights == "int8":
+        return quantized.quantize(params)
+    return params
+
+
 def measure(model, data, params) -> tuple[jax.Array, jax.Array]:
-    """The train and test accuracy of ``params``."""
-    return (
-        classification.accuracy(model, params, data["x_train"], data["y_train"]),
-        classification.accuracy(model, params, data["x_test"], data["y_test"]),
-    )
+    """The train and test accuracy of ``params`` (``Int8`` leaves run the int8 forward)."""
+
+    def accuracy(x, y):
+        logits = factored.apply(model, params, None, x)
+        return jnp.mean(jnp.argmax(logits, axis=1) == y)
+
+    return accuracy(data["x_train"], data["y_train"]), accuracy(data["x_test"], data["y_test"])
 
 
 def train(config: Config, data: dict[str, jax.Array] | None = None, verbose: bool = False):
@@ -176,13 +203,15 @@ def train(config: Config, data: dict[str, jax.Array] | None = None, verbose: boo
     es = make_strategy(config)
     model_key, es_key, run_key = jax.random.split(jax.random.key(config.seed), 3)
     params = model.init(model_key, data["x_train"][:1])["params"]
+    if config.weights == "bfloat16":
+        params = deployed(config, params)
     state = es.init(es_key, params)
 
     started = time.perf_counter()
     block_fn = jax.jit(_block(config, model, es, data)).lower(state, run_key).compile()
     compile_seconds = time.perf_counter() - started
 
-    start = jax.jit(lambda p: measure(model, data, p))(state.params)
+    start = jax.jit(lambda p: measure(model, data, deployed(config, p)))(state.params)
     train_acc, test_acc = (float(a) for a in start)
     history = {
         "generation": [0],
@@ -205,7 +234,7 @@ def train(config: Config, data: dict[str, jax.Array] | None = None, verbose: boo
                 f"test accuracy {test_acc:.3f}  ({seconds:.1f} s)",
                 flush=True,
             )
-    logits = model.apply({"params": state.params}, data["x_test"])
+    logits = factored.apply(model, deployed(config, state.params), None, data["x_test"])
     return {
         "config": config,
         "model": model,
@@ -230,6 +259,7 @@ def summary(result) -> str:
     """
     c = result["config"]
     noise = f", rank {c.rank}" if c.noise == "lowrank" else ""
+    noise += f", {c.weights} weights" if c.weights != "float32" else ""
     return (
         f"test accuracy {result['test_accuracy']:.3f} ({c.name}{noise}, {c.layers}, "
         f"{c.generations} generations, {result['seconds']:.1f} s)"
