@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -155,7 +154,9 @@ def prompt_batch(key: jax.Array, prompts: jax.Array, batch_size: int | None) -> 
 
 
 def _params_dtype(params):
-    return jnp.result_type(*jax.tree.leaves(params))
+    # The cache holds activations: the params' floating dtype (an int8 kernel's scale decides).
+    leaves = jax.tree.leaves(params)
+    return jnp.result_type(*[x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)])
 
 
 def _check_prompts(name: str, prompts) -> jax.Array:
@@ -277,12 +278,11 @@ def sequence_task(
         tokens = generate(apply_fn, cache, eval_prompts, steps)
         return _rewards(reward_fn, eval_prompts, tokens)
 
-    fields = {f.name for f in dataclasses.fields(Task)}
-    extra = {"evaluate_factored": evaluate_factored, "chunk_size": chunk_size}
     return Task(
         init,
         evaluate,
         evaluate_policy,
         init_params,
-        **{k: v for k, v in extra.items() if k in fields},
+        evaluate_factored=evaluate_factored,
+        chunk_size=chunk_size,
     )
