@@ -34,7 +34,8 @@ def reward(prompts, generated):
 
 
 PARAMS = jax.jit(init_params)(jax.random.key(0))
-TASK = sequence_task(MODEL, init_params, POOL, reward, STEPS, batch_size=BATCH)
+# Two members at a time: one device runs two chunks, each of two devices one.
+TASK = sequence_task(MODEL, init_params, POOL, reward, STEPS, batch_size=BATCH, chunk_size=2)
 # Low-rank noise, σ large enough that members generate different tokens.
 ES = jaxes.open_es(P, sigma=0.5, noise="lowrank", noise_rank=2)
 
