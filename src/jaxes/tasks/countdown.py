@@ -9,7 +9,7 @@ here from a seed.
 * **Problems**: two one-digit numbers ``a, b`` (1-9) and a target ``t`` that one of
   ``a + b``, ``a * b``, ``a - b`` or ``b - a`` reaches (targets 0-81; a subtraction whose
   result would be negative is not allowed). ``problems()`` lists all 242 of them; ``split``
-  shuffles them with a seed into train and held-out problems.
+  holds out every problem over a quarter of the number pairs.
 * **Prompt**: ``BOS a b | t₁ t₀ |`` (7 tokens, the target as two digits).
 * **Answer**: ``x op y EOS`` with ``{x, y} = {a, b}``, ``op`` one of ``+ - *``, and with
   ``stretch = k`` every answer token written ``k`` times (``4k`` tokens): the same problem with
@@ -123,17 +123,27 @@ def problems() -> np.ndarray:
 
 
 def split(seed: int = 0, held_out: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
-    """``problems()`` shuffled with ``seed`` and cut into ``(train, held_out)`` problem rows.
+    """``problems()`` cut into ``(train, held_out)`` problem rows by their pair of numbers:
+    a ``held_out`` fraction of the 45 unordered pairs ``{a, b}``, drawn with ``seed``, and
+    every problem over them (in either order, any target) are held out, so a held-out
+    problem's numbers never appear together in training (remembering which op a training
+    pair wanted cannot pass for solving it).
 
     Example:
       >>> train, test = split(0)
       >>> train.shape, test.shape
-      ((182, 3), (60, 3))
+      ((176, 3), (66, 3))
+      >>> pairs = lambda rows: {(min(a, b), max(a, b)) for a, b, _ in rows.tolist()}
+      >>> len(pairs(test)), pairs(train) & pairs(test)
+      (11, set())
     """
     rows = problems()
-    order = np.random.default_rng(seed).permutation(len(rows))
-    n_test = int(round(held_out * len(rows)))
-    return rows[order[n_test:]], rows[order[:n_test]]
+    pairs = np.sort(rows[:, :2], axis=1)
+    unique = np.unique(pairs, axis=0)
+    order = np.random.default_rng(seed).permutation(len(unique))
+    chosen = unique[order[: int(round(held_out * len(unique)))]]
+    test = np.any(np.all(pairs[:, None, :] == chosen[None], axis=2), axis=1)
+    return rows[~test], rows[test]
 
 
 def prompts_of(rows) -> jax.Array:
