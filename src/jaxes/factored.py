@@ -74,14 +74,17 @@ def member(params: Params, delta: Params) -> Params:
     take factors): each leaf computed in float32 and rounded to its dtype, except a factored
     leaf, which is kept exact in float32 (``round(θ) + A Bᵀ``, what ``apply`` evaluates)."""
 
-    def add(x, d):
-        x = jnp.asarray(x)
-        wide = x.astype(trees.master_dtype(x.dtype))
-        if is_factored(d):
-            return wide + d.dense().astype(wide.dtype)
-        return (wide + d.astype(wide.dtype)).astype(x.dtype)
+    return jax.tree.map(_add, params, delta, is_leaf=is_factored)
 
-    return jax.tree.map(add, params, delta, is_leaf=is_factored)
+
+def _add(x, d):
+    """One leaf of ``member``: ``x + d`` in float32, rounded to ``x``'s dtype unless ``d`` is
+    factored (then exact, in float32); an ``Int8`` ``x`` is dequantized first."""
+    x = x.dequantize() if is_int8(x) else jnp.asarray(x)
+    wide = x.astype(trees.master_dtype(x.dtype))
+    if is_factored(d):
+        return wide + d.dense().astype(wide.dtype)
+    return (wide + d.astype(wide.dtype)).astype(x.dtype)
 
 
 def _at(tree, path: tuple[str, ...]):
@@ -274,11 +277,7 @@ def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
         names = (_names(path)[:-1], _names(path)[-1])
         if d is None or (is_factored(d) and names in plan.terms):
             return x
-        x = x.dequantize() if is_int8(x) else jnp.asarray(x)
-        wide = x.astype(trees.master_dtype(x.dtype))
-        if is_factored(d):
-            return wide + d.dense().astype(wide.dtype)
-        return (wide + d.astype(wide.dtype)).astype(x.dtype)
+        return _add(x, d)
 
     moved = jax.tree_util.tree_map_with_path(
         shifted, params, delta, is_leaf=lambda x: is_int8(x) or is_factored(x) or x is None
