@@ -1,0 +1,469 @@
+"""A worked fine-tune: a small transformer pre-trained by backprop, then fine-tuned on a
+non-differentiable reward by ES or by a policy gradient, at equal wall clock.
+
+The task is ``jaxes.tasks.countdown`` (two one-digit numbers and a target; write ``x op y``
+reaching it; reward 1 for an exact answer, else 0), the model
+``jaxes.tasks.transformer.Transformer``, the member evaluation ``jaxes.tasks.sequence``'s
+``sequence_task`` (greedy decoding with a KV cache in ``lax.scan``; low-rank members run
+factored, ``x W + (x A) Bᵀ`` in every ``nn.Dense``).
+
+* ``pretrain``: Adam on the arithmetic corpus (``countdown.corpus``: equations and the answer
+  format, never which expression reaches a target), masked next-token cross-entropy.
+* ``run_es``: OpenAI-ES (``jaxes.open_es``) fused ``eval_every`` generations at a time into one
+  jitted ``lax.scan`` of ``jaxes.step.generation_step`` over the sequence task; the fitness of
+  a member is its mean exact reward on a batch of training problems, the same batch for every
+  member of a generation. Variants (``METHODS``): full-rank Gaussian noise, low rank r = 1 and
+  r = 4, bfloat16 params, an int8 base (the centre quantised each generation, weight-only int8
+  with per-channel scales, ``jaxes.quantized``), antithetic pairs or independent members.
+* ``run_grpo``: REINFORCE with a group-mean baseline (GRPO-style): ``group`` samples (at
+  temperature 1) per prompt, advantage = reward − the group's mean reward, no KL; the
+  gradient of ``Σ advantage · log p(answer)`` by ``jax.grad``, Adam.
+* ``compare``: every method for the same training seconds (compiles and held-out evaluations
+  excluded from the clock), the held-out accuracy (greedy, exact answers) after each block.
+
+``examples/sequence_finetune.py`` is its command line; ``notebooks/10_sequence_es.ipynb`` uses
+it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxes import factored, quantized
+from jaxes.step import TrainState, generation_step
+from jaxes.strategies import open_es
+from jaxes.tasks import countdown
+from jaxes.tasks.sequence import generate, prompt_batch, sequence_task
+from jaxes.tasks.transformer import Transformer
+from jaxes.training import compilation
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The model, the pre-training and the problems.
+
+    Example:
+      >>> Setup().model().d_model
+      32
+    """
+
+    d_model: int = 32
+    heads: int = 4
+    layers: int = 2
+    mlp: int = 4
+    pretrain_steps: int = 1500
+    pretrain_batch: int = 128
+    pretrain_lr: float = 3e-3
+    corpus_size: int = 20_000
+    stretch: int = 1
+    seed: int = 0
+
+    def model(self) -> Transformer:
+        max_len = countdown.PROMPT_LEN + countdown.answer_len(self.stretch)
+        return Transformer(
+            vocab=countdown.VOCAB,
+            d_model=self.d_model,
+            heads=self.heads,
+            layers=self.layers,
+            mlp=self.mlp,
+            max_len=max(max_len, countdown.EQUATION_LEN),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One fine-tuning method.
+
+    ``kind`` is ``"es"`` or ``"grpo"``. ES: ``noise`` (``open_es``'s: ``"gaussian"`` for full
+    rank, ``"lowrank"``) with ``rank``, ``population``, ``sigma``, ``antithetic``, ``dtype``
+    of the params (``"float32"``/``"bfloat16"``), ``quantize`` (an int8 base). GRPO:
+    ``group`` samples per prompt. Both: ``learning_rate`` (Adam), ``batch`` training prompts
+    per update, ``eval_every`` updates per timed block.
+    """
+
+    name: str
+    kind: str = "es"
+    noise: str = "lowrank"
+    rank: int = 4
+    population: int = 32
+    sigma: float = 0.02
+    antithetic: bool = True
+    dtype: str = "float32"
+    quantize: bool = False
+    learning_rate: float = 0.003
+    batch: int = 64
+    group: int = 8
+    eval_every: int = 5
+
+
+# ES's settings, from a few 20-30 s runs of r = 4 (seed 0): σ = 0.05 or 0.1 break the members
+# (their mean reward falls to 0.17 and 0.01 from the centre's 0.35); Adam at 0.01 walks the
+# centre away from the pre-trained model (held-out 0.38 -> 0.18); σ = 0.02 with Adam 0.002-0.003
+# raises the training reward slowly (0.34 -> 0.36-0.40 in 30-170 updates). GRPO: Adam 1e-3.
+METHODS = {
+    m.name: m
+    for m in (
+        Method("ES full-rank", noise="gaussian"),
+        Method("ES low-rank r=1", rank=1),
+        Method("ES low-rank r=4", rank=4),
+        Method("ES r=4 independent", rank=4, antithetic=False),
+        Method("ES r=4 bf16", rank=4, dtype="bfloat16"),
+        Method("ES r=4 int8 base", rank=4, quantize=True),
+        Method("GRPO", kind="grpo", learning_rate=1e-3, batch=16, group=8, eval_every=10),
+    )
+}
+
+
+def init_params(model: Transformer, key) -> dict:
+    """The model's params, float32."""
+    return model.init(key, jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def _cast(params, dtype: str):
+    return jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), params)
+
+
+# ---------------------------------------------------------------- pre-training by backprop
+
+
+def token_loss(model: Transformer, params, tokens, mask) -> jax.Array:
+    """Masked next-token cross-entropy: ``mask[:, t]`` weighs the prediction of token ``t``."""
+    logits, _ = model.apply({"params": params}, tokens[:, :-1])
+    losses = optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), tokens[:, 1:]
+    )
+    weights = mask[:, 1:]
+    return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def pretrain(setup: Setup, verbose: bool = False) -> dict:
+    """Adam on ``countdown.corpus``; returns ``params``, ``loss`` (the last 100 steps' mean),
+    ``seconds`` (without the compile) and ``compile_seconds``.
+
+    Example:
+      >>> out = pretrain(Setup(d_model=8, heads=2, layers=1, pretrain_steps=2,
+      ...                      corpus_size=64, pretrain_batch=8))
+      >>> sorted(out["params"])[:2], out["loss"] > 0
+      (['block_0', 'embed'], True)
+    """
+    model = setup.model()
+    tokens, mask = countdown.corpus(setup.seed, setup.corpus_size, setup.stretch)
+    init_key, run_key = jax.random.split(jax.random.key(setup.seed))
+    params = init_params(model, init_key)
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, setup.pretrain_lr, min(100, setup.pretrain_steps), setup.pretrain_steps
+    )
+    opt = optax.adam(schedule)
+
+    def step(carry, key):
+        params, opt_state = carry
+        rows = jax.random.randint(key, (setup.pretrain_batch,), 0, tokens.shape[0])
+        loss, grads = jax.value_and_grad(partial(token_loss, model))(
+            params, tokens[rows], mask[rows]
+        )
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    def run(params, key):
+        keys = jax.random.split(key, setup.pretrain_steps)
+        (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), keys)
+        return params, jnp.mean(losses[-100:])
+
+    started = time.perf_counter()
+    compiled = compilation.compile(jax.jit(run).lower(params, run_key))
+    compile_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    params, loss = jax.block_until_ready(compiled(params, run_key))
+    seconds = time.perf_counter() - started
+    if verbose:
+        print(f"  pre-trained {setup.pretrain_steps} steps in {seconds:.1f} s, loss {loss:.3f}")
+    return {
+        "params": params,
+        "loss": float(loss),
+        "seconds": seconds,
+        "compile_seconds": compile_seconds,
+    }
+
+
+# ---------------------------------------------------------------- measuring a model
+
+
+def greedy(model: Transformer, params, prompts: jax.Array, steps: int, quantize=False):
+    """Greedy continuations ``(N, steps)`` of ``prompts`` by the model at ``params`` (their own
+    dtype; with ``quantize``, the int8 model, run by ``jaxes.factored``)."""
+    dtype = jnp.result_type(*jax.tree.leaves(params))
+    if quantize:
+        params = quantized.quantize(params)
+
+        def apply_fn(tokens, cache, position):
+            return factored.apply(model, params, None, tokens, cache, position)
+    else:
+
+        def apply_fn(tokens, cache, position):
+            return model.apply({"params": params}, tokens, cache, position)
+
+    return generate(apply_fn, model.init_cache(prompts.shape[0], dtype), prompts, steps)
+
+
+def arithmetic_accuracy(model: Transformer, params) -> jax.Array:
+    """The fraction of the corpus's 255 equations ``x op y =`` whose two result digits the
+    model writes right (greedy)."""
+    prompts, answers = countdown.equations_of(countdown.all_equations())
+    tokens = greedy(model, params, prompts, 2)
+    return jnp.mean(jnp.all(tokens == answers, axis=1))
+
+
+def accuracy(model: Transformer, params, prompts, stretch: int = 1, quantize=False):
+    """Exact answers (greedy decoding) on ``prompts``, a fraction."""
+    tokens = greedy(model, params, prompts, countdown.answer_len(stretch), quantize)
+    return jnp.mean(countdown.reward(prompts, tokens, stretch))
+
+
+# ---------------------------------------------------------------- fine-tuning
+
+
+def reward_fn(stretch: int) -> Callable:
+    return partial(countdown.reward, stretch=stretch)
+
+
+def make_strategy(method: Method):
+    """``open_es`` with Adam for an ES method.
+
+    Example:
+      >>> make_strategy(METHODS["ES low-rank r=1"]).population_size
+      32
+    """
+    return open_es(
+        method.population,
+        sigma=method.sigma,
+        learning_rate=method.learning_rate,
+        antithetic=method.antithetic,
+        noise=method.noise,
+        noise_rank=method.rank,
+        track_best=False,
+    )
+
+
+def _es_program(method: Method, model: Transformer, train_prompts, stretch: int):
+    """``(init, block, centre)``: the ES state from pre-trained params, ``eval_every``
+    generations in one ``lax.scan``, and the centre θ in its evaluated form."""
+    es = make_strategy(method)
+    task = sequence_task(
+        model,
+        partial(init_params, model),
+        train_prompts,
+        reward_fn(stretch),
+        countdown.answer_len(stretch),
+        batch_size=method.batch,
+    )
+    if method.quantize:
+        inner = task.evaluate_factored
+
+        def evaluate_factored(key, centre, deltas, task_state):
+            return inner(key, quantized.quantize(centre), deltas, task_state)
+
+        task = dataclasses.replace(task, evaluate_factored=evaluate_factored)
+    step = generation_step(es, task)
+
+    def init(params, key):
+        es_key, run_key = jax.random.split(key)
+        state = es.init(es_key, _cast(params, method.dtype))
+        return TrainState(state, None, run_key, jnp.zeros((), jnp.int32))
+
+    def block(ts):
+        ts, metrics = jax.lax.scan(lambda t, _: step(t), ts, None, length=method.eval_every)
+        return ts, jnp.mean(metrics["fitness_mean"])
+
+    def centre(ts):
+        return _cast(ts.strategy_state.params, method.dtype)
+
+    return init, block, centre
+
+
+def _grpo_program(method: Method, model: Transformer, train_prompts, stretch: int):
+    """GRPO's ``(init, block, centre)`` like ``_es_program``'s."""
+    steps = countdown.answer_len(stretch)
+    opt = optax.adam(method.learning_rate)
+    rewards = reward_fn(stretch)
+    tp = train_prompts.shape[1]
+
+    def update(carry, key):
+        params, opt_state = carry
+        batch_key, sample_key = jax.random.split(key)
+        prompts = prompt_batch(batch_key, train_prompts, method.batch)
+        prompts = jnp.repeat(prompts, method.group, axis=0)
+
+        def apply_fn(tokens, cache, position):
+            return model.apply({"params": params}, tokens, cache, position)
+
+        cache = model.init_cache(prompts.shape[0], jnp.float32)
+        tokens = generate(apply_fn, cache, prompts, steps, key=sample_key, temperature=1.0)
+        r = rewards(prompts, tokens).reshape(method.batch, method.group)
+        advantage = (r - r.mean(axis=1, keepdims=True)).reshape(-1)
+        sequence = jnp.concatenate([prompts, tokens], axis=1)
+
+        def loss(p):
+            logits, _ = model.apply({"params": p}, sequence[:, :-1])
+            logp = jax.nn.log_softmax(logits[:, tp - 1 :].astype(jnp.float32))
+            chosen = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
+            return -jnp.mean(advantage * jnp.sum(chosen, axis=1))
+
+        grads = jax.grad(loss)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), jnp.mean(r)
+
+    def init(params, key):
+        return (params, opt.init(params)), key
+
+    def block(carry):
+        state, key = carry
+        key, run_key = jax.random.split(key)
+        keys = jax.random.split(run_key, method.eval_every)
+        state, mean_rewards = jax.lax.scan(update, state, keys)
+        return (state, key), jnp.mean(mean_rewards)
+
+    def centre(carry):
+        return carry[0][0]
+
+    return init, block, centre
+
+
+def finetune(
+    method: Method,
+    model: Transformer,
+    params,
+    train_prompts,
+    test_prompts,
+    *,
+    seconds: float | None = None,
+    updates: int | None = None,
+    stretch: int = 1,
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict:
+    """Fine-tunes ``params`` by ``method`` for ``seconds`` of training (blocks of
+    ``method.eval_every`` updates until the clock passes it) or for ``updates`` updates, with
+    the held-out accuracy measured after each block, outside the clock.
+
+    Returns a dict: ``history`` (lists ``updates``, ``seconds``, ``accuracy``,
+    ``train_reward``: the mean reward of the block's population or samples, starting with the
+    pre-trained model at 0), the final ``accuracy``, ``updates``, ``seconds``,
+    ``compile_seconds``, ``params`` (the centre, evaluated form), ``method``.
+    """
+    if (seconds is None) == (updates is None):
+        raise ValueError("finetune: give seconds or updates, not both")
+    program = _grpo_program if method.kind == "grpo" else _es_program
+    init, block, centre = program(method, model, train_prompts, stretch)
+    state = init(params, jax.random.key(seed))
+
+    started = time.perf_counter()
+    block_fn = compilation.compile(jax.jit(block).lower(state))
+    measure = compilation.compile(
+        jax.jit(lambda s: accuracy(model, centre(s), test_prompts, stretch, method.quantize)).lower(
+            state
+        )
+    )
+    start_accuracy = float(measure(state))
+    compile_seconds = time.perf_counter() - started
+
+    history = {"updates": [0], "seconds": [0.0], "accuracy": [start_accuracy]}
+    history["train_reward"] = [float("nan")]
+    elapsed, done = 0.0, 0
+    while (elapsed < seconds) if updates is None else (done < updates):
+        t = time.perf_counter()
+        state, train_reward = jax.block_until_ready(block_fn(state))
+        elapsed += time.perf_counter() - t
+        done += method.eval_every
+        acc = float(measure(state))
+        for name, value in zip(history, (done, elapsed, acc, float(train_reward)), strict=True):
+            history[name].append(value)
+        if verbose and (len(history["updates"]) % 5 == 0):
+            print(
+                f"    {method.name}: {done} updates, {elapsed:.1f} s, "
+                f"train reward {float(train_reward):.3f}, held-out accuracy {acc:.3f}",
+                flush=True,
+            )
+    return {
+        "method": method,
+        "history": history,
+        "accuracy": history["accuracy"][-1],
+        "updates": done,
+        "seconds": elapsed,
+        "compile_seconds": compile_seconds,
+        "params": centre(state),
+    }
+
+
+def problems(seed: int = 0) -> tuple[jax.Array, jax.Array]:
+    """The train and held-out prompts (``countdown.split``)."""
+    train, test = countdown.split(seed)
+    return countdown.prompts_of(train), countdown.prompts_of(test)
+
+
+def compare(
+    methods: dict[str, Method],
+    model: Transformer,
+    params,
+    seconds: float,
+    *,
+    stretch: int = 1,
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict[str, dict]:
+    """Every method fine-tuned from ``params`` for ``seconds`` of training each."""
+    train_prompts, test_prompts = problems(seed)
+    results = {}
+    for name, method in methods.items():
+        if verbose:
+            print(f"  {name} ...", flush=True)
+        results[name] = finetune(
+            method,
+            model,
+            params,
+            train_prompts,
+            test_prompts,
+            seconds=seconds,
+            stretch=stretch,
+            seed=seed,
+            verbose=verbose,
+        )
+    return results
+
+
+def table(results: dict[str, dict]) -> str:
+    """The comparison as text: one row per method, the pre-trained start, the final held-out
+    accuracy, the updates done and the training seconds.
+
+    Example:
+      >>> r = {"GRPO": {"history": {"accuracy": [0.3]}, "accuracy": 0.5, "updates": 40,
+      ...               "seconds": 1.25}}
+      >>> print(table(r))
+      method                    start  held-out accuracy  updates  seconds
+      GRPO                      0.300              0.500       40      1.2
+    """
+    lines = [f"{'method':<24}{'start':>7}{'held-out accuracy':>19}{'updates':>9}{'seconds':>9}"]
+    for name, r in results.items():
+        lines.append(
+            f"{name:<24}{r['history']['accuracy'][0]:>7.3f}{r['accuracy']:>19.3f}"
+            f"{r['updates']:>9d}{r['seconds']:>9.1f}"
+        )
+    return "\n".join(lines)
+
+
+def curve_area(history: dict) -> float:
+    """The mean held-out accuracy over the run's evaluations (start included): the area
+    under the accuracy-per-update curve divided by its length.
+
+    Example:
+      >>> curve_area({"accuracy": [0.2, 0.4, 0.6]})
+      0.4
+    """
+    return float(np.mean(history["accuracy"]))
