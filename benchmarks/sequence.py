@@ -9,7 +9,7 @@ decoding is timed). A member's fitness is the mean reward over its `--batch` pro
 prompts for every member, as `jaxes.tasks.sequence.sequence_task` draws them).
 
 Part "throughput" (float32 model, `--d-model 256 --layers 4 --heads 4 --vocab 64`, prompts
-of 16 tokens, 32 decode steps, 8 prompts per member by default), per population size P:
+of 16 tokens, 32 decode steps, 4 prompts per member by default), per population size P:
 
   plain         `generate` of P x batch distinct prompts by the unperturbed model
                 (`model.apply`), one jitted call: the inference an ES generation is compared
@@ -24,7 +24,8 @@ of 16 tokens, 32 decode steps, 8 prompts per member by default), per population 
                 noise="lowrank", noise_rank=R, track_best=False)`, Adam(1e-3).
   lowrank int8 r=R  the same with `factored.evaluate(..., quantize=True)` (int8 centre).
   task r=1      the same generation as `jaxes.step.generation_step(es, sequence_task(...))`
-                (the task's `evaluate_factored`), a cross-check of the hand-written one.
+                (the task's `evaluate_factored`), a cross-check of the hand-written one (at
+                the smallest P only).
 
 Each is compiled first (not timed), called once to warm up, then timed `--repeats` times
 (each call ended by `jax.block_until_ready`); the median wall seconds are reported, with the
@@ -300,7 +301,7 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
                 )
             del state
 
-        if args.task_row:
+        if args.task_row and min(populations) == P:
             es = jaxes.open_es(
                 P, SIGMA, learning_rate=LEARNING_RATE, noise="lowrank", track_best=False
             )
@@ -584,7 +585,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--vocab", type=int, default=64)
     parser.add_argument("--prompt", type=int, default=16, help="prompt tokens")
     parser.add_argument("--steps", type=int, default=32, help="generated tokens")
-    parser.add_argument("--batch", type=int, default=8, help="prompts per member")
+    parser.add_argument("--batch", type=int, default=4, help="prompts per member")
     parser.add_argument("--no-int8", dest="int8", action="store_false", help="skip int8 rows")
     parser.add_argument("--eval-rows", action="store_true", help="also time evaluation alone")
     parser.add_argument(
