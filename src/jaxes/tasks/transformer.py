@@ -3,8 +3,8 @@
 Every projection (the fused q/k/v, the attention output, the MLP's two layers, the output
 head) is an ``nn.Dense``, so ``jaxes.factored.apply`` runs a member with its low-rank
 perturbation inside each of them (``x W + (x A) Bᵀ``) and never builds the member's
-matrices. The embeddings and LayerNorm scales are perturbed densely (``factored.apply``
-adds their displacement to the parameter), which costs little: they are small.
+matrices; the two ``nn.Embed`` tables take theirs at the lookup (``A[tokens] Bᵀ``), and the
+LayerNorm scales and biases, being small, have their displacement added to the parameter.
 
 The cache is a pytree passed in and returned (``KVCache``), not a mutable flax collection, so
 decoding is a pure function that ``lax.scan`` carries and ``vmap`` batches over members.
