@@ -467,3 +467,58 @@ def curve_area(history: dict) -> float:
       0.4
     """
     return float(np.mean(history["accuracy"]))
+
+
+def length_experiment(
+    stretches=(1, 2, 4),
+    updates: int = 200,
+    pretrain_steps: int = 1500,
+    method: str = "ES low-rank r=4",
+    seed: int = 0,
+    pretrained: dict | None = None,
+) -> dict[int, dict]:
+    """The answer-length experiment: for each ``k`` in ``stretches`` the model is pre-trained
+    on the corpus with every answer token written ``k`` times (``pretrain_steps`` steps),
+    then ``method`` fine-tunes it for ``updates`` updates on the same problems with the answer
+    stretched alike. ``pretrained`` maps a ``k`` to params already pre-trained for it (the
+    notebook passes its ``k = 1`` model). Returns ``finetune``'s result for each ``k``."""
+    train_prompts, test_prompts = problems(seed)
+    pretrained = pretrained or {}
+    out = {}
+    for k in stretches:
+        setup = Setup(pretrain_steps=pretrain_steps, stretch=k, seed=seed)
+        params = pretrained[k] if k in pretrained else pretrain(setup)["params"]
+        out[k] = finetune(
+            METHODS[method],
+            setup.model(),
+            params,
+            train_prompts,
+            test_prompts,
+            updates=updates,
+            stretch=k,
+            seed=seed,
+        )
+    return out
+
+
+def length_table(results: dict[int, dict]) -> str:
+    """One row per ``k``: answer tokens, held-out accuracy at the start and the end, the mean
+    over the curve (``curve_area``), the mean training reward of the last quarter of the
+    updates, and the training seconds.
+
+    Example:
+      >>> h = {"accuracy": [0.25, 0.5], "train_reward": [float("nan"), 0.4]}
+      >>> print(length_table({2: {"history": h, "accuracy": 0.5, "seconds": 3.0}}))
+       k  tokens   start   final    mean  reward  seconds
+       2       8   0.250   0.500   0.375   0.400      3.0
+    """
+    lines = [f"{'k':>2}{'tokens':>8}{'start':>8}{'final':>8}{'mean':>8}{'reward':>8}{'seconds':>9}"]
+    for k, r in results.items():
+        h = r["history"]
+        rewards = h["train_reward"][1:]
+        late = float(np.mean(rewards[-max(1, len(rewards) // 4) :]))
+        lines.append(
+            f"{k:>2}{countdown.answer_len(k):>8}{h['accuracy'][0]:>8.3f}{r['accuracy']:>8.3f}"
+            f"{curve_area(h):>8.3f}{late:>8.3f}{r['seconds']:>9.1f}"
+        )
+    return "\n".join(lines)
