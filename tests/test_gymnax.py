@@ -64,29 +64,30 @@ def perturbed(task, count, scale):
 
 
 @pytest.mark.parametrize(
-    "env_name, policy, hidden, repeat",
+    "env_name, policy, hidden, repeat, length",
     [
-        ("CartPole-v1", "linear", None, 1),
-        ("CartPole-v1", "mlp", (4,), 3),
-        ("Breakout-MinAtar", "conv", (8,), 1),
+        ("CartPole-v1", "linear", None, 1, 40),
+        ("CartPole-v1", "mlp", (4,), 3, 40),
+        # 60 steps: one member scores, two episodes terminate, the others are truncated.
+        ("Asterix-MinAtar", "conv", (8,), 1, 60),
     ],
-    ids=["cartpole", "cartpole-frame-skip", "breakout-conv"],
+    ids=["cartpole", "cartpole-frame-skip", "asterix-conv"],
 )
-def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat):
+def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat, length):
     task = gymnax_task(
         env_name,
         policy,
         hidden_sizes=hidden,
         episodes_per_member=2,
         action_repeat=repeat,
-        episode_length=40,
+        episode_length=length,
     )
     members = perturbed(task, 3, 0.5)
     fitness, _, info = jax.jit(task.evaluate)(KEY, members, task.init(jax.random.key(1)))
     expected = python_returns(task, members, KEY, 2, repeat)
     np.testing.assert_allclose(np.asarray(fitness), expected, rtol=1e-5)
     assert int(info.episodes) == 6
-    assert int(info.env_steps) == 6 * 40 + (6 * 2 if repeat == 3 else 0)  # 14 decisions × 3
+    assert int(info.env_steps) == 6 * repeat * -(-length // repeat)
 
 
 def test_termination_ends_episodes_and_the_time_limit_truncates():
