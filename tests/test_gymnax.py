@@ -1,6 +1,8 @@
 """gymnax environments as tasks: the rollout against a plain Python loop, termination and
 truncation, frame skip, the device split, every registered env tracing, and CartPole learning."""
 
+import subprocess
+import sys
 import time
 
 import gymnax
@@ -12,6 +14,8 @@ from gymnax.environments import spaces
 
 import jaxes
 from jaxes import parallel, training
+from jaxes.app import commands, presets
+from jaxes.app.config import ConfigError, TrainConfig, build
 from jaxes.step import generation_step
 from jaxes.tasks.gymnax import envs, gymnax_task
 
@@ -187,3 +191,43 @@ def test_cartpole_learns():
     )
     assert float(jnp.mean(returns)) >= 400, returns
     print(f"cartpole: {float(jnp.mean(returns)):.0f} in {time.perf_counter() - start:.1f} s")
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Breakout-MinAtar"])
+def test_the_cli_config_builds_a_gymnax_run_that_lowers(env):
+    config = TrainConfig(env=env, population_size=4)
+    assert config.backend == "gymnax"
+    assert config.episode_length == int(gymnax.make(env)[1].max_steps_in_episode)
+    minatar = env in presets.MINATAR_GAMES
+    assert config.policy == ("vbn_conv" if minatar else "linear")
+    assert config.normalize_observations is not minatar
+    strategy, task = build(config)
+    assert task.env_params.max_steps_in_episode == config.episode_length
+    state = jax.eval_shape(lambda: training.init_state(strategy, task, config.seed))
+    jax.jit(generation_step(strategy, task)).lower(state)  # traced and lowered, not compiled
+
+
+def test_the_minatar_games_share_one_preset_and_envs_lists_gymnax(capsys):
+    settings = [presets.preset(game) for game in presets.MINATAR_GAMES]
+    keys = ("population_size", "sigma", "learning_rate", "policy", "hidden_sizes")
+    assert all({k: s[k] for k in keys} == {k: settings[0][k] for k in keys} for s in settings)
+    assert presets.preset("Catch-bsuite")["backend"] == "gymnax"  # no preset of its own
+    commands.envs_command(None)
+    names = capsys.readouterr().out.split()
+    assert "inverted_pendulum" in names and set(gymnax.registered_envs) <= set(names)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^backend: CartPole-v1 is a gymnax environment"):
+        TrainConfig(env="CartPole-v1", backend="spring")
+    with pytest.raises(ConfigError, match=r"^policy: unknown 'conv'; allowed"):
+        TrainConfig(env="hopper", policy="conv")
+    out = tmp_path / "r"
+    cli = [sys.executable, "-m", "jaxes", "train", "--env", "CartPole-v1", "--policy", "conv"]
+    proc = subprocess.run([*cli, "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr == (
+        "jaxes: error: policy: 'conv' needs (height, width, channels) observations, "
+        "got shape (4,)\n"
+    )
+    assert not out.exists()

@@ -52,11 +52,17 @@ def eval_command(args) -> int:
 
 
 def render_command(args) -> int:
-    """``jaxes render``: ``RUN_DIR/replay.html``, one episode of a run's policy."""
+    """``jaxes render``: ``RUN_DIR/replay.html``, one episode of a run's policy (Brax)."""
+    from jaxes.app import config as config_lib
+    from jaxes.app import presets
     from jaxes.strategies import centre
     from jaxes.tasks.brax import render
 
     config, task, step, state = _loaded(args)
+    if presets.is_gymnax(config.env):
+        raise config_lib.ConfigError(
+            f"render: {config.env} is a gymnax environment; replays are for Brax runs only"
+        )
     path = os.path.join(args.run_dir, "replay.html")
     params = centre(state.strategy_state)
     ret, steps = render.write_replay(
@@ -67,8 +73,16 @@ def render_command(args) -> int:
 
 
 def envs_command(args) -> int:
-    """``jaxes envs``: the Brax environment names, one per line."""
+    """``jaxes envs``: the Brax environment names, then the gymnax ones (where gymnax is
+    installed), one per line."""
     from jaxes.tasks.brax import env_names
 
-    print("\n".join(env_names()))
+    names = env_names()
+    try:
+        from jaxes.tasks.gymnax import env_names as gymnax_names
+    except ImportError:  # the gymnax extra is not installed
+        pass
+    else:
+        names = names + gymnax_names()
+    print("\n".join(names))
     return 0

@@ -29,6 +29,8 @@ LEARNING_RATE_MEANING = (
     "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
 )
 POLICIES = ("linear", "mlp", "vbn_mlp")
+# A gymnax env (jaxes.tasks.gymnax) also takes MinAtar's conv networks.
+GYMNAX_POLICIES = ("linear", "mlp", "vbn_mlp", "conv", "vbn_conv")
 
 
 def strategy_default(strategy: str, setting: str):
@@ -144,6 +146,9 @@ class TrainConfig:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy: unknown {self.strategy!r}; allowed: {sorted(STRATEGIES)}")
         self._fill_from_preset()
+        gymnax = presets.is_gymnax(self.env)
+        if gymnax and self.episode_length is None:
+            object.__setattr__(self, "episode_length", _gymnax_episode_length(self.env))
         for name in (
             "episode_length",
             "episodes_per_member",
@@ -171,8 +176,9 @@ class TrainConfig:
                 raise ConfigError(f"{name}: expected a string, got {getattr(self, name)!r}")
         self._check_subspace()
         self._check_strategy_settings()
-        if self.policy not in POLICIES:
-            raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(POLICIES)}")
+        policies = GYMNAX_POLICIES if gymnax else POLICIES
+        if self.policy not in policies:
+            raise ConfigError(f"policy: unknown {self.policy!r}; allowed: {list(policies)}")
         sizes = self.hidden_sizes
         if not isinstance(sizes, list | tuple) or not all(_is_int(s) and s >= 1 for s in sizes):
             raise ConfigError(f"hidden_sizes: expected a list of ints >= 1, got {sizes!r}")
@@ -182,6 +188,9 @@ class TrainConfig:
                 f"normalize_observations: expected true or false, got "
                 f"{self.normalize_observations!r}"
             )
+        if gymnax:
+            _check_gymnax_env(self.env, self.backend)
+            return
         try:
             brax_envs.check_env(self.env, self.backend)
         except ValueError as err:
@@ -267,6 +276,66 @@ class TrainConfig:
             raise ConfigError(f"{source}: {err}") from None
 
 
+def _gymnax_episode_length(env: str) -> int:
+    """gymnax's own time limit of ``env`` (or a ``ConfigError`` if gymnax cannot build it)."""
+    from jaxes.tasks.gymnax import envs as gymnax_envs
+
+    try:
+        return int(gymnax_envs.load_env(env)[1].max_steps_in_episode)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_gymnax_env(env: str, backend: str) -> None:
+    """A gymnax env: no physics backend, and spaces a gymnax task plays."""
+    from jaxes.tasks.gymnax import envs as gymnax_envs
+
+    if backend != "gymnax":
+        raise ConfigError(
+            f"backend: {env} is a gymnax environment, which has no physics backend; leave "
+            f"--backend out (got {backend!r})"
+        )
+    try:
+        loaded = gymnax_envs.load_env(env)
+        gymnax_envs.action_spec(env, *loaded)
+        gymnax_envs.observation_spec(env, *loaded)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _task(config: TrainConfig) -> Task:
+    """The Brax or gymnax task of a config."""
+    if presets.is_gymnax(config.env):
+        from jaxes.tasks.gymnax import gymnax_task
+
+        try:
+            return gymnax_task(
+                config.env,
+                config.policy,
+                config.hidden_sizes,
+                episodes_per_member=config.episodes_per_member,
+                eval_episodes=config.eval_episodes,
+                action_repeat=config.action_repeat,
+                normalize_observations=config.normalize_observations,
+                episode_length=config.episode_length,
+                reference_size=config.vbn_reference_size,
+            )
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    return brax_tasks.brax_task(
+        config.env,
+        config.backend,
+        config.episode_length,
+        config.policy,
+        config.hidden_sizes,
+        episodes_per_member=config.episodes_per_member,
+        eval_episodes=config.eval_episodes,
+        normalize_observations=config.normalize_observations,
+        action_repeat=config.action_repeat,
+        reference_size=config.vbn_reference_size,
+    )
+
+
 def read_toml(path: str) -> dict:
     """The settings in a TOML file: any ``TrainConfig`` fields, at the top level. Errors name
     the file and the key (an unknown key, a value of the wrong type, bad TOML).
@@ -307,7 +376,8 @@ def read_config(path: str) -> TrainConfig:
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:
-    """The strategy and the Brax task a config describes (errors name the bad setting).
+    """The strategy and the Brax (or gymnax) task a config describes (errors name the bad
+    setting).
 
     Building compiles nothing (the observation size comes from a traced reset).
 
@@ -320,18 +390,7 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         ...
       jaxes.app.config.ConfigError: open_es: population_size: antithetic pairs need an even ...
     """
-    task = brax_tasks.brax_task(
-        config.env,
-        config.backend,
-        config.episode_length,
-        config.policy,
-        config.hidden_sizes,
-        episodes_per_member=config.episodes_per_member,
-        eval_episodes=config.eval_episodes,
-        normalize_observations=config.normalize_observations,
-        action_repeat=config.action_repeat,
-        reference_size=config.vbn_reference_size,
-    )
+    task = _task(config)
     settings = {
         name: getattr(config, name)
         for name in STRATEGY_SETTINGS

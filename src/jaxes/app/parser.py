@@ -73,8 +73,13 @@ def _seeds(text: str) -> list[int]:
 
 # (flag, config field, type, help)
 TRAIN_FLAGS = [
-    ("--env", "env", str, "Brax environment (see `jaxes envs`)"),
-    ("--backend", "backend", str, "physics backend: generalized, positional, spring or mjx"),
+    ("--env", "env", str, "Brax or gymnax environment (see `jaxes envs`)"),
+    (
+        "--backend",
+        "backend",
+        str,
+        "physics backend (Brax): generalized, positional, spring or mjx",
+    ),
     ("--episode-length", "episode_length", int, "steps per episode"),
     ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(config_lib.STRATEGIES)),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
@@ -119,7 +124,13 @@ TRAIN_FLAGS = [
     ),
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--seed", "seed", int, "random seed; the same seed gives the same run"),
-    ("--policy", "policy", str, "linear, mlp or vbn_mlp (virtual batch normalisation)"),
+    (
+        "--policy",
+        "policy",
+        str,
+        "linear, mlp or vbn_mlp (virtual batch normalisation); for gymnax grids (MinAtar) "
+        "also conv and vbn_conv",
+    ),
     ("--hidden-sizes", "hidden_sizes", _int_list, "MLP hidden widths, e.g. 32,32"),
     ("--episodes-per-member", "episodes_per_member", int, "episodes averaged per member"),
     (

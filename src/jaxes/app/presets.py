@@ -119,6 +119,74 @@ PRESETS: dict[str, dict] = {
     "fast": {"episode_length": 100, "generations": 20},
 }
 
+# gymnax environments (jaxes.tasks.gymnax) have no physics backend, and their episodes end at
+# gymnax's own time limit (``max_steps_in_episode``) unless --episode-length is given.
+# Classic control (and every gymnax env without a preset of its own): a linear policy on
+# normalised observations, as for Brax; open_es takes CartPole-v1 to 500 in about 40
+# generations of P = 32 (tests/test_gymnax.py).
+GYMNAX_CLASSIC: dict = {
+    "backend": "gymnax",
+    "episode_length": None,
+    "population_size": 32,
+    "sigma": 0.1,
+    "learning_rate": 0.05,
+    "l2_coeff": 0.0,
+    "generations": 100,
+    "policy": "linear",
+    "hidden_sizes": (32, 32),
+    "eval_every": 5,
+    "eval_episodes": 8,
+    "checkpoint_every": 10,
+    "normalize_observations": True,
+}
+# One setting for all five MinAtar games: Salimans et al. 2017's Atari choices (open_es with
+# Adam 0.01, σ = 0.02, L2 0.005, virtual batch normalisation) with MinAtar's network (one 3×3
+# convolution of 16 channels, a dense layer of 128: ``vbn_conv``) on the raw 0/1 grid. Not
+# tuned: no learning curves measured yet.
+MINATAR: dict = {
+    **GYMNAX_CLASSIC,
+    "population_size": 256,
+    "sigma": 0.02,
+    "learning_rate": 0.01,
+    "l2_coeff": 0.005,
+    "generations": 1000,
+    "policy": "vbn_conv",
+    "hidden_sizes": (128,),
+    "eval_every": 10,
+    "checkpoint_every": 50,
+    "normalize_observations": False,
+}
+ENV_OWN = "the_env's"  # how the table prints gymnax's own episode length
+MINATAR_GAMES = tuple(
+    f"{game}-MinAtar" for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+)
+CLASSIC_CONTROL = (
+    "CartPole-v1",
+    "Pendulum-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+)
+PRESETS.update({game: MINATAR for game in MINATAR_GAMES})
+PRESETS.update({env: GYMNAX_CLASSIC for env in CLASSIC_CONTROL})
+
+
+def is_gymnax(env) -> bool:
+    """Whether ``env`` names a gymnax environment (every gymnax name has a '-', no Brax name
+    does; ``False`` where gymnax is not installed).
+
+    Example:
+      >>> is_gymnax("Breakout-MinAtar"), is_gymnax("hopper")
+      (True, False)
+    """
+    if not isinstance(env, str) or "-" not in env:
+        return False
+    try:
+        from jaxes.tasks.gymnax.envs import env_names
+    except ImportError:
+        return False
+    return env in env_names()
+
 
 def preset(env: str, strategy: str = TUNED_FOR) -> dict:
     """The settings ``env`` trains with when nothing else is said (``DEFAULTS`` filled in);
@@ -130,7 +198,8 @@ def preset(env: str, strategy: str = TUNED_FOR) -> dict:
       >>> "sigma" in preset("hopper", "snes")
       False
     """
-    settings = {**DEFAULTS, **PRESETS.get(env, {})}
+    family = GYMNAX_CLASSIC if env not in PRESETS and is_gymnax(env) else {}
+    settings = {**DEFAULTS, **family, **PRESETS.get(env, {})}
     if strategy != TUNED_FOR:
         for name in STEP_SIZE_SETTINGS:
             settings.pop(name)
@@ -147,10 +216,16 @@ def table() -> str:
 
     def text(settings: dict) -> str:
         return " ".join(
-            f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+            f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else ENV_OWN if v is None else v}"
             for k, v in settings.items()
         )
 
     lines = [f"defaults: {text(DEFAULTS)}"]
-    lines += [f"{env}: {text(PRESETS[env]) or '(the defaults)'}" for env in sorted(PRESETS)]
+    lines += [
+        f"{env}: {text(PRESETS[env]) or '(the defaults)'}"
+        for env in sorted(PRESETS)
+        if env not in MINATAR_GAMES + CLASSIC_CONTROL
+    ]
+    lines.append(f"{', '.join(MINATAR_GAMES)}: {text(MINATAR)}")
+    lines.append(f"{', '.join(CLASSIC_CONTROL)} (and other gymnax envs): {text(GYMNAX_CLASSIC)}")
     return "\n".join(lines)
