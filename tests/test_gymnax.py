@@ -176,6 +176,11 @@ def test_vbn_conv_prepares_on_the_reference_batch():
     assert "vbn_stats" not in params  # measured each generation, never searched
     action = jax.eval_shape(task.act, params, jnp.zeros((10, 10, 4)), state)
     assert action.shape == () and action.dtype == jnp.int32
+    # A batch of observations (train.load_policy's act keeps leading axes).
+    assert jax.eval_shape(task.act, params, jnp.zeros((5, 10, 10, 4)), state).shape == (5,)
+    box = gymnax_task("Pendulum-v1", "mlp", hidden_sizes=(4,))
+    params, state = box.init_params(jax.random.key(0)), box.init(jax.random.key(1))
+    assert box.act(params, jnp.zeros((5, 3)), state).shape == (5, 1)
 
 
 def test_cartpole_learns():

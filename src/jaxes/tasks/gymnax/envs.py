@@ -132,12 +132,15 @@ def observation_spec(env_name: str, env, env_params) -> Observations:
 
 
 def encode(spec: Observations, obs: jax.Array) -> jax.Array:
-    """An observation as the policy's float32 input of shape ``spec.shape``.
+    """An observation (or a batch: leading axes are kept) as the policy's float32 input of
+    shape ``spec.shape``.
 
     Example:
       >>> encode(Observations((3,), 3), jnp.int32(1)).tolist()
       [0.0, 1.0, 0.0]
+      >>> encode(Observations((2, 2)), jnp.ones((5, 2, 2), jnp.int32)).shape
+      (5, 2, 2)
     """
     if spec.one_hot:
-        return jax.nn.one_hot(obs, spec.one_hot, dtype=jnp.float32).reshape(spec.shape)
-    return jnp.asarray(obs, jnp.float32).reshape(spec.shape)
+        return jax.nn.one_hot(obs, spec.one_hot, dtype=jnp.float32)
+    return jnp.asarray(obs, jnp.float32)

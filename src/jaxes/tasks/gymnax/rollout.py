@@ -76,21 +76,25 @@ class RolloutInfo(NamedTuple):
 
 
 def flat(setup: Rollout, obs) -> jax.Array:
-    """A raw observation as a float32 vector (the statistics' view of it)."""
-    return encode(setup.observations, obs).reshape(-1)
+    """A raw observation as a float32 vector (the statistics' view of it); leading batch axes
+    are kept."""
+    x = encode(setup.observations, obs)
+    shape = setup.observations.shape
+    return x.reshape(x.shape[: x.ndim - len(shape)] + (-1,))
 
 
 def observe(setup: Rollout, obs, stats: running_stats.RunningStats) -> jax.Array:
-    """What the policy sees of a raw observation: encoded, normalised by ``stats`` if the task
-    normalises, in ``setup.observations.shape``."""
+    """What the policy sees of a raw observation (or a batch of them): encoded, normalised by
+    ``stats`` if the task normalises, in ``setup.observations.shape``."""
     x = flat(setup, obs)
     if setup.normalize_observations:
         x = running_stats.normalize(stats, x)
-    return x.reshape(setup.observations.shape)
+    return x.reshape(x.shape[:-1] + setup.observations.shape)
 
 
 def act(setup: Rollout, params, obs, stats: running_stats.RunningStats) -> jax.Array:
-    """One member's env action for a raw ``obs`` (``params`` already through ``prepared``)."""
+    """One member's env action for a raw ``obs`` (or a batch of them: leading axes are kept),
+    ``params`` already through ``prepared``."""
     return setup.policy.apply(params, observe(setup, obs, stats))
 
 
