@@ -17,7 +17,15 @@ decoding with a KV cache in ``lax.scan``; low-rank members run factored).
    advantage = reward − group mean, ``jax.grad``).
 
 The accuracy is exact answers, greedy, on held-out problems whose pair of numbers never
-appears in training. ``notebooks/10_sequence_es.ipynb`` runs the same comparison with
+appears in training. With seed 0 on the project's 2-core CPU (shared with other jobs, commit
+13653eb) the full run (1500 pre-training steps, 60 s per method; 8½ minutes in all with
+compiles) pre-trains to 1.000 arithmetic accuracy and 0.348 held-out Countdown accuracy, then
+ends at 0.470 (ES full-rank, 420 updates), 0.500 (r=1, 405), 0.424 (r=4, 350), 0.455 (r=4
+independent, 345), 0.545 (r=4 bf16, 370), 0.485 (r=4 int8 base, 325) and 0.591 (GRPO, 2310):
+the policy gradient wins at equal wall clock; the ES variants differ by less than their curves'
+noise (66 held-out problems, one seed). ``--quick`` (600 steps, 3 s each; 75 s in all with a
+warm compile cache, 6 minutes cold) is a smoke run: ES
+barely moves in 3 s. ``notebooks/10_sequence_es.ipynb`` runs the same comparison with
 figures, and the answer-length experiment.
 
 Run:
@@ -25,7 +33,7 @@ Run:
   (or JAXES_QUICK=1)
 
 It ends with the table and one line naming the best method, e.g.
-``best: GRPO 0.621 held-out accuracy (pre-trained 0.348)``.
+``best: GRPO 0.591 held-out accuracy (pre-trained 0.348)``.
 """
 
 from __future__ import annotations
