@@ -27,10 +27,12 @@ of 16 tokens, 32 decode steps, 4 prompts per member by default), per population 
                 (the task's `evaluate_factored`), a cross-check of the hand-written one (at
                 the smallest P only).
 
-Each is compiled first (not timed), called once to warm up, then timed `--repeats` times
-(each call ended by `jax.block_until_ready`); the median wall seconds are reported, with the
-process's CPU seconds. Throughput fraction = plain s / ES s (the same P x batch sequences);
-"eval" rows time `factored.evaluate` alone (no ask/tell).
+At each P every program is compiled first (not timed) and called once to warm up; then
+`--repeats` rounds call each program once in turn (interleaved, so a change in the shared
+machine's load falls on all of them alike), each call ended by `jax.block_until_ready`; the
+median wall seconds are reported, with the median process CPU seconds. Throughput fraction
+= plain s / ES s (the same P x batch sequences), also in CPU seconds (less disturbed by other
+processes on the cores); "eval only" rows (--eval-rows) time `factored.evaluate` alone.
 Before the timed part the script may wait (`--quiet-load`, `--quiet-until`) for the machine's
 1-minute load average to fall below a threshold; the load is recorded either way.
 
@@ -141,34 +143,43 @@ def count_params(params) -> int:
     return sum(int(x.size) for x in jax.tree.leaves(params))
 
 
-def time_calls(call, args, repeats: int, donate_first: bool = False) -> dict:
-    """One warm-up call, then `repeats` timed ones; `donate_first`: the call returns the
-    new first argument (a donated state) first."""
+def time_interleaved(pending: list[tuple], repeats: int) -> list[dict]:
+    """Times every `(row, call, args[, donates])` of `pending` in rounds: each called once to
+    warm up, then `repeats` rounds calling each once in turn, so a change of the machine's
+    load falls on all of them alike. A call that donates its first argument returns its
+    replacement first. Per call: the warm-up's seconds, every sample and their medians."""
     import jax
 
-    args = list(args)
-
-    def once():
+    def once(entry):
+        _, call, args, *donates = entry
         out = jax.block_until_ready(call(*args))
-        if donate_first:
+        if donates and donates[0]:
             args[0] = out[0]
-        return out
 
-    with Clock() as warm:
-        once()
-    clocks = []
-    for _ in range(repeats):
+    warmups, clocks = [], [[] for _ in pending]
+    for entry in pending:
         with Clock() as c:
-            out = once()
-        clocks.append(c)
-    walls = [c.wall for c in clocks]
-    return {
-        "warmup_s": warm.wall,
-        "seconds": walls,
-        "s": statistics.median(walls),
-        "cpu_s": statistics.median(c.cpu for c in clocks),
-        "last": out,
-    }
+            once(entry)
+        warmups.append(c.wall)
+        log(f"{entry[0]['method']}: warm-up {c.wall:.2f} s")
+    loads = []
+    for _ in range(repeats):
+        loads.append(os.getloadavg()[0])
+        for entry, samples in zip(pending, clocks, strict=True):
+            with Clock() as c:
+                once(entry)
+            samples.append(c)
+    return [
+        {
+            "warmup_s": warm,
+            "seconds": [c.wall for c in samples],
+            "cpu_seconds": [c.cpu for c in samples],
+            "s": statistics.median(c.wall for c in samples),
+            "cpu_s": statistics.median(c.cpu for c in samples),
+            "round_loads": loads,
+        }
+        for warm, samples in zip(warmups, clocks, strict=True)
+    ]
 
 
 def record_row(rows: list[dict], base: dict, row: dict) -> None:
@@ -251,19 +262,17 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
         base = {"P": P, "sequences": P * batch}
         record = functools.partial(record_row, rows, base)
 
+        pending = []  # (row, compiled, args, donates its first argument), timed together
         with Clock() as c:
             compiled = jax.jit(plain).lower(params, all_prompts).compile()
-        t = time_calls(compiled, (params, all_prompts), args.repeats)
-        t.pop("last")
-        record({"method": "plain", "compile_s": c.wall, **t})
+        pending.append(({"method": "plain", "compile_s": c.wall}, compiled, [params, all_prompts]))
 
         if args.int8:
             qparams = quantized.quantize(params)
             with Clock() as c:
                 compiled = jax.jit(plain_int8).lower(qparams, all_prompts).compile()
-            t = time_calls(compiled, (qparams, all_prompts), args.repeats)
-            t.pop("last")
-            record({"method": "plain int8", "compile_s": c.wall, **t})
+            row = {"method": "plain int8", "compile_s": c.wall}
+            pending.append((row, compiled, [qparams, all_prompts]))
 
         variants = [(r, False) for r in ranks] + ([(r, True) for r in ranks] if args.int8 else [])
         for rank, quantize in variants:
@@ -281,25 +290,19 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
             state = es.init(jax.random.key(4), params)
             with Clock() as c:
                 gen_c = jax.jit(generation, donate_argnums=0).lower(state, key).compile()
-            t = time_calls(gen_c, (state, key), args.repeats, donate_first=True)
-            state = t.pop("last")[0]
-            record({"method": name, "rank": rank, "int8": quantize, "compile_s": c.wall, **t})
+            row = {"method": name, "rank": rank, "int8": quantize, "compile_s": c.wall}
+            pending.append((row, gen_c, [state, key], True))
             if args.eval_rows:
-                state = jax.jit(asked)(state, key)
+                asked_state = jax.jit(asked)(es.init(jax.random.key(4), params), key)
                 with Clock() as c:
-                    eval_c = jax.jit(evaluate).lower(state).compile()
-                t = time_calls(eval_c, (state,), args.repeats)
-                t.pop("last")
-                record(
-                    {
-                        "method": f"{name} (eval only)",
-                        "rank": rank,
-                        "int8": quantize,
-                        "compile_s": c.wall,
-                        **t,
-                    }
-                )
-            del state
+                    eval_c = jax.jit(evaluate).lower(asked_state).compile()
+                row = {
+                    "method": f"{name} (eval only)",
+                    "rank": rank,
+                    "int8": quantize,
+                    "compile_s": c.wall,
+                }
+                pending.append((row, eval_c, [asked_state]))
 
         if args.task_row and min(populations) == P:
             es = jaxes.open_es(
@@ -315,17 +318,18 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
             step = generation_step(es, task)
             with Clock() as c:
                 step_c = jax.jit(step, donate_argnums=0).lower(ts).compile()
-            t = time_calls(step_c, (ts,), args.repeats, donate_first=True)
-            t.pop("last")
-            record(
-                {
-                    "method": "task r=1 (generation_step)",
-                    "rank": 1,
-                    "int8": False,
-                    "compile_s": c.wall,
-                    **t,
-                }
-            )
+            row = {
+                "method": "task r=1 (generation_step)",
+                "rank": 1,
+                "int8": False,
+                "compile_s": c.wall,
+            }
+            pending.append((row, step_c, [ts], True))
+
+        for row, timing in zip(
+            [x[0] for x in pending], time_interleaved(pending, args.repeats), strict=True
+        ):
+            record(row | timing)
 
     for row in rows:
         plain_row = next(r for r in rows if r["P"] == row["P"] and r["method"] == "plain")
