@@ -53,7 +53,8 @@ float32 master copy (4 bytes/param) and ClipUp's velocity (4 bytes/param). Repor
   beyond        live - master (4 N) - optimizer state (4 N): what a generation needs besides
                 the two float32 copies any ES with this optimizer holds; target <= 3 N.
   parts         (unless --no-plan-breakdown) the plans of ask, evaluate and tell compiled
-                alone (ask and tell donating the state), to say where the bytes go.
+                alone (ask and tell donating the state), to say where the bytes go; a part's
+                "beyond" is temp + output - alias, the bytes it needs besides its arguments.
 
 Model sizes (vocab 32000, 4 x MLP, learned positions, untied head):
   125M   d_model  768, 12 layers, 12 heads
@@ -424,9 +425,10 @@ def plan_row(size: str, args) -> dict:
                 part_plan = driver.memory_plan(
                     jax.jit(fn, donate_argnums=donate).lower(*part_args).compile()
                 )
-            # Arguments + outputs + temps - aliases, less the state's master and optimizer
-            # bytes (evaluate reads the state without returning it: its arguments hold them).
-            extra = part_plan["peak_minus_alias_bytes"] - master - optimizer
+            # What the program needs besides its arguments (the state, or the parts of it it
+            # reads: jit drops unused ones, so evaluate takes the master copy only, not the
+            # optimizer state; plus a key, prompts or fitness): temp + output - alias.
+            extra = part_plan["temp_bytes"] + part_plan["output_bytes"] - part_plan["alias_bytes"]
             parts[part] = part_plan | {
                 "compile_s": t.wall,
                 "beyond_bytes_per_param": extra / n,
