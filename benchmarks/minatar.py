@@ -45,7 +45,8 @@ open_es ask/evaluate/tell, the task's masked rollout) against a plain `jax.vmap`
 members of a `lax.scan` over the episode (gymnax's README rollout: `env.step` with its
 auto-reset, rewards masked after the first done) with the same conv policy (`"conv"`, no
 VBN: the plain rollout has no reference batch), the same P and episode length, both jitted
-and timed after a warm-up (median of `--repeats`). Target: overhead ≤ 5 %.
+and timed after a warm-up (median of `--repeats` rounds, the two alternating; both with
+XLA's default options). Target: overhead ≤ 5 %.
 
 Run:
   .venv/bin/python benchmarks/minatar.py                   # five games × 3 seeds (hours)
@@ -308,7 +309,7 @@ def plain_rollout(env, env_params, apply, steps: int):
 
         def step(carry, n):
             obs, state, total, alive = carry
-            action = apply(params, obs)
+            action = apply(params, obs.astype(jnp.float32))  # the grid as jaxes feeds it
             obs, state, reward, term, trunc, _ = env.step(
                 jax.random.fold_in(step_key, n), state, action, env_params
             )
@@ -323,12 +324,15 @@ def plain_rollout(env, env_params, apply, steps: int):
     return jax.jit(jax.vmap(episode, in_axes=(0, None)))
 
 
-def timed(fn, repeats: int) -> list[float]:
-    times = []
+def timed(fns, repeats: int) -> list[list[float]]:
+    """Seconds of each call of each of `fns`, `repeats` rounds, the functions alternating
+    within a round (so that load from other processes falls on both alike)."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for fn, out in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
     return times
 
 
@@ -364,7 +368,7 @@ def run_overhead(args, argv) -> None:
         jax.block_until_ready(plain(members, key))
 
     jaxes_generation(), plain_generation()  # compile and warm up
-    jaxes_s, plain_s = timed(jaxes_generation, args.repeats), timed(plain_generation, args.repeats)
+    jaxes_s, plain_s = timed([jaxes_generation, plain_generation], args.repeats)
     steps = population * length
     per_step_jaxes = statistics.median(jaxes_s) / steps
     per_step_plain = statistics.median(plain_s) / steps
