@@ -21,6 +21,7 @@ from jaxes.strategies import centre
 from jaxes.tasks.brax import brax_task
 from jaxes.tasks.brax.envs import env_names, supported_backends
 from jaxes.tasks.functions import function_task
+from jaxes.tasks.gymnax import envs as gymnax_envs
 
 
 @pytest.mark.parametrize("env", env_names())
@@ -38,6 +39,9 @@ def test_presets_are_valid_configs_and_flags_override_them():
     for env in presets.PRESETS:
         config = config_lib.TrainConfig(env=env)
         for name, value in presets.preset(env).items():
+            if value is None:  # gymnax's episode_length: the env's own time limit
+                assert (name, config.backend) == ("episode_length", "gymnax"), (env, name)
+                value = gymnax_envs.load_env(env)[1].max_steps_in_episode
             assert getattr(config, name) == value, (env, name)
     config = config_lib.TrainConfig(env="hopper", sigma=0.1, population_size=8)
     assert (config.sigma, config.population_size) == (0.1, 8)
