@@ -6,10 +6,15 @@ import os
 # work) one device's thread can reach an all-reduce long after the others, and XLA's CPU
 # runtime aborts the process after 40 s of waiting by default. The tests and the examples
 # they start (which inherit XLA_FLAGS) wait up to 10 minutes instead.
+# Every test program, not only the runner's, compiles with the runner's CPU option (XLA's
+# fusion emitters off, jaxes.training.compilation): compiles are most of the suite's time and
+# take about half as long with it, and tests that compare a runner's result with a program
+# they jit themselves then compare one build with itself.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_force_host_platform_device_count=4"
     + " --xla_cpu_collective_call_terminate_timeout_seconds=600"
+    + " --xla_cpu_use_fusion_emitters=false"
 ).strip()
 
 import jax  # noqa: E402
@@ -56,3 +61,11 @@ def tiny_run(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr
     return out
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow-marked tests first, the rest in their order: `make test`'s workers take
+    a file at a time, so the long ones start early and the short ones fill the end (in the
+    other order one worker could run a long file alone at the end)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

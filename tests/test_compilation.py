@@ -23,12 +23,13 @@ def fused(x):
 
 
 def test_the_options_change_what_xla_builds_and_empty_ones_do_not(monkeypatch):
-    # A fusion-heavy program: the fusion emitters off is another compiled program.
+    # A fusion-heavy program: the fusion emitters off is another compiled program. The
+    # suite's XLA_FLAGS turn them off for every program (conftest), so "on" is asked here.
     lowered = jax.jit(fused).lower(jnp.zeros((64, 256)))
-    default = lowered.compile().as_text()
-    assert compilation.compile(lowered).as_text() != default
+    emitters_on = lowered.compile({"xla_cpu_use_fusion_emitters": True}).as_text()
+    assert compilation.compile(lowered).as_text() != emitters_on
     monkeypatch.setattr(compilation, "CPU_OPTIONS", {})
-    assert compilation.compile(lowered).as_text() == default
+    assert compilation.compile(lowered).as_text() == lowered.compile().as_text()
 
 
 def test_jaxes_eval_compiles_its_evaluation_with_them(monkeypatch, capsys, tiny_run, tmp_path):

@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,14 +50,20 @@ def numbered_table(size: int) -> noise.Table:
     return noise.Table(jnp.arange(size, dtype=jnp.float32))
 
 
+@functools.cache
+def sample_windows(size: int, dim: int):
+    """One compile per table layout: base ``j`` is traced, so every base reuses it."""
+    like = jnp.zeros(dim)
+    source = noise.noise_table(size)
+    sample = jax.vmap(lambda k, j: source.sample(numbered_table(size), k, j, like), (0, None))
+    return jax.jit(sample)
+
+
 def window_offsets(size: int, dim: int, keys, j) -> np.ndarray:
     """``(len(keys), blocks)`` start offsets of base ``j``'s blocks, one row per key, checking
     on the way that every block is its table window."""
-    like = jnp.zeros(dim)
-    source = noise.noise_table(size)
     block, _ = noise.table_layout(size, dim)
-    eps = jax.jit(jax.vmap(lambda k: source.sample(numbered_table(size), k, j, like)))(keys)
-    eps = np.asarray(eps).astype(int)
+    eps = np.asarray(sample_windows(size, dim)(keys, j)).astype(int)
     starts = eps[:, ::block]
     for b in range(starts.shape[1]):
         part = eps[:, b * block : (b + 1) * block]

@@ -123,8 +123,8 @@ def test_the_reference_batch_is_checkpointed_and_restored(tmp_path):
 @pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es"])
 def test_every_strategy_traces_a_vbn_generation(name):
     strategy = getattr(jaxes, name)(8)
-    state = training.init_state(strategy, TASK, 0)
-    after, metrics = jax.eval_shape(generation_step(strategy, TASK), state)  # traced only
+    state = jax.eval_shape(lambda: training.init_state(strategy, TASK, 0))  # traced only
+    after, metrics = jax.eval_shape(generation_step(strategy, TASK), state)
     # The new state has the old one's structure, shapes and types: the reference is carried.
     assert jax.tree.structure(after) == jax.tree.structure(state)
     for new, old in zip(jax.tree.leaves(after), jax.tree.leaves(state), strict=True):
