@@ -23,11 +23,13 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/jaxes train
 
 # Two pytest workers, a test file each: on 2 cores two files compile at once (XLA compiles on
-# one thread). Measured cold at a7b33a0 on the 2-core CPU: 45.7 min with 2 workers; CI ran that
-# commit's suite in one process in 52 min.
+# one thread). Files go out in the order tests/conftest.py sorts them (slow files first), not
+# xdist's by-test-count order, which left the one-test notebook files for the end. Measured
+# cold on the 2-core CPU: 52 min in one process (CI, a7b33a0), 45.7 min with 2 workers
+# (a7b33a0), 36.0 min with 2 workers after the test compile cuts (bd69eab).
 TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check conftest.py src tests examples benchmarks notebooks
