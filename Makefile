@@ -23,13 +23,13 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/jaxes train
 
 # Two pytest workers, a test file each: on 2 cores two files compile at once (XLA compiles on
-# one thread). Files go out in the order tests/conftest.py sorts them (slow files first), not
-# xdist's by-test-count order, which left the one-test notebook files for the end. Measured
-# cold on the 2-core CPU: 52 min in one process (CI, a7b33a0), 45.7 min with 2 workers
-# (a7b33a0), 36.0 min with 2 workers after the test compile cuts (bd69eab).
+# one thread). Measured cold on the 2-core CPU: 52 min in one process (CI, a7b33a0), 45.7 min
+# with 2 workers (a7b33a0), 36.0 min after the test compile cuts (bd69eab). Handing out the
+# slow files first (--no-loadscope-reorder and a conftest sort, 71d9350) took 38.4 min: xdist's
+# own order, by test count, is kept.
 TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check conftest.py src tests examples benchmarks notebooks

@@ -61,11 +61,3 @@ def tiny_run(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr
     return out
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files with slow-marked tests first, the rest in their order: `make test`'s workers take
-    a file at a time, so the long ones start early and the short ones fill the end (in the
-    other order one worker could run a long file alone at the end)."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
