@@ -25,21 +25,23 @@ KEY = jax.random.key(7)
 def python_returns(task, members, key, episodes, action_repeat=1):
     """Each member's mean return from ``env.reset``/``env.step`` in a Python loop, with the
     keys the task documents (episode ``e``: ``reset, steps = split(keys[e])``; env step ``n``
-    draws ``fold_in(steps, n)``) and the task's own ``act``."""
+    draws ``fold_in(steps, n)``) and the task's own ``act``; and the most decisions any
+    episode took."""
     env, env_params = task.env, task.env_params
     length = int(env_params.max_steps_in_episode)
     state = task.init(jax.random.key(1))
     act = jax.jit(task.act)
-    out = []
+    out, longest = [], 0
     for i in range(jax.tree.leaves(members)[0].shape[0]):
         params = jax.tree.map(lambda x, i=i: x[i], members)
         returns = []
         for episode_key in jax.random.split(key, episodes):
             reset_key, step_key = jax.random.split(episode_key)
             obs, env_state = env.reset(reset_key, env_params)
-            total, n, done = 0.0, 0, False
+            total, n, done, decisions = 0.0, 0, False, 0
             while not done and n < length:
                 action = act(params, obs, state)
+                decisions += 1
                 for _ in range(action_repeat):
                     obs, env_state, reward, term, trunc, _ = env.step(
                         jax.random.fold_in(step_key, n), env_state, action, env_params
@@ -50,8 +52,9 @@ def python_returns(task, members, key, episodes, action_repeat=1):
                     if done or n >= length:
                         break
             returns.append(total)
+            longest = max(longest, decisions)
         out.append(np.mean(returns))
-    return np.array(out)
+    return np.array(out), longest
 
 
 def perturbed(task, count, scale):
@@ -68,16 +71,17 @@ def perturbed(task, count, scale):
 
 
 @pytest.mark.parametrize(
-    "env_name, policy, hidden, repeat, length",
+    "env_name, policy, hidden, repeat, length, chunk",
     [
-        ("CartPole-v1", "linear", None, 1, 40),
-        ("CartPole-v1", "mlp", (4,), 3, 40),
+        ("CartPole-v1", "linear", None, 1, 40, 50),
+        # 14 decisions in chunks of 4: the last chunk runs past the episode's end.
+        ("CartPole-v1", "mlp", (4,), 3, 40, 4),
         # 60 steps: one member scores, two episodes terminate, the others are truncated.
-        ("Asterix-MinAtar", "conv", (8,), 1, 60),
+        ("Asterix-MinAtar", "conv", (8,), 1, 60, 7),
     ],
     ids=["cartpole", "cartpole-frame-skip", "asterix-conv"],
 )
-def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat, length):
+def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat, length, chunk):
     task = gymnax_task(
         env_name,
         policy,
@@ -85,13 +89,16 @@ def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat, length):
         episodes_per_member=2,
         action_repeat=repeat,
         episode_length=length,
+        chunk_length=chunk,
     )
     members = perturbed(task, 3, 0.5)
     fitness, _, info = jax.jit(task.evaluate)(KEY, members, task.init(jax.random.key(1)))
-    expected = python_returns(task, members, KEY, 2, repeat)
+    expected, longest = python_returns(task, members, KEY, 2, repeat)
     np.testing.assert_allclose(np.asarray(fitness), expected, rtol=1e-5)
     assert int(info.episodes) == 6
-    assert int(info.env_steps) == 6 * repeat * -(-length // repeat)
+    # The batch stops at the end of the chunk in which its longest episode ended.
+    chunk = min(chunk, -(-length // repeat))
+    assert int(info.env_steps) == 6 * repeat * chunk * -(-longest // chunk)
 
 
 def test_termination_ends_episodes_and_the_time_limit_truncates():
@@ -103,6 +110,9 @@ def test_termination_ends_episodes_and_the_time_limit_truncates():
     assert 0 < float(fitness[0]) < 50
     assert int(info.terminated) == 3
     assert int(info.alive_steps) == round(3 * float(fitness[0]))  # CartPole pays 1 per step
+    # Every episode is over long before 200 steps: the batch stops at the first chunk's end
+    # where all are, not at the time limit.
+    assert int(info.env_steps) == 3 * 50 < 3 * 200
     # Pendulum never terminates: every episode runs to the limit and is truncated there.
     task = gymnax_task("Pendulum-v1", "linear", episodes_per_member=2, episode_length=20)
     params = jax.tree.map(lambda x: x[None], task.init_params(jax.random.key(0)))

@@ -1,9 +1,10 @@
 """gymnax environments as fitness sources: MinAtar, classic control, bsuite and more, all
 JAX-native, so a population's episodes run inside ``vmap``/``lax.scan`` like Brax's.
 
-Members are ``vmap``-ed, and so are several episodes per member; time runs in one fixed-length
-``lax.scan`` (gymnax resets a finished episode by itself; every step after an episode's first
-``done`` is masked out). Observations are normalised with the Brax task's mergeable running
+Members are ``vmap``-ed, and so are several episodes per member; time runs in ``lax.scan``
+chunks inside a ``lax.while_loop`` that stops once every episode is over, as Brax's does
+(gymnax resets a finished episode by itself; every step after an episode's first ``done`` is
+masked out). Observations are normalised with the Brax task's mergeable running
 statistics (vector observations by default; not MinAtar's grids), frozen during a generation.
 
 Every environment of ``gymnax.registered_envs`` (gymnax 1.0.1) builds a task and traces a

@@ -1,16 +1,20 @@
 """A batch of gymnax episodes (members × episodes) as pure functions of explicit arguments.
 
-``rollout(setup, params, episode_keys, stats)`` plays ``E`` episodes of each of ``P`` members
-in one fixed-length ``lax.scan`` of ``setup.decisions`` policy decisions. gymnax's ``step``
-resets an episode by itself once it is done; every step after an episode's first ``done``
-(``terminated`` or ``truncated``) is masked out, so its return is the sum of the rewards up to
-and including that step. Episode ``e`` resets from ``split(episode_keys[e])[0]`` and its
+``rollout(setup, params, episode_keys, stats)`` plays ``E`` episodes of each of ``P`` members:
+time runs in ``lax.scan`` chunks of ``setup.chunk`` policy decisions inside a
+``lax.while_loop`` that stops as soon as every episode in the batch is over (or after
+``setup.decisions``), so a population that loses early costs only the chunks it lived.
+gymnax's ``step`` resets an episode by itself once it is done; every step after an episode's
+first ``done`` (``terminated`` or ``truncated``) is masked out, so its return is the sum of the
+rewards up to and including that step. Where the loop stops changes no return: env step ``n``
+draws its key from ``n`` alone. Episode ``e`` resets from ``split(episode_keys[e])[0]`` and its
 ``n``-th env step draws ``fold_in(split(episode_keys[e])[1], n)``, the same for every member
 (common random numbers).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -34,6 +38,7 @@ class Rollout(NamedTuple):
       episode_length: env steps per episode at most, whatever ``action_repeat`` is.
       action_repeat: env steps each action is held for (frame skip).
       decisions: policy decisions per episode, ``ceil(episode_length / action_repeat)``.
+      chunk: decisions per ``lax.scan`` chunk between early-exit checks.
     """
 
     env: Any
@@ -44,11 +49,15 @@ class Rollout(NamedTuple):
     episode_length: int
     action_repeat: int
     decisions: int
+    chunk: int
 
 
 class Episodes(NamedTuple):
-    """The scan's carry: a (P, E) batch of episodes part-way through."""
+    """The loop's carry: a (P, E) batch of episodes part-way through, before decision ``t``
+    (a scalar, as is ``chunks``, the chunks run so far)."""
 
+    t: jax.Array
+    chunks: jax.Array
     obs: Any
     env_state: Any
     returns: jax.Array
@@ -62,7 +71,7 @@ class RolloutInfo(NamedTuple):
     """What one evaluation cost and saw.
 
     Attributes:
-      env_steps: environment steps simulated (the whole batch, every step of the scan).
+      env_steps: environment steps simulated (the whole batch, every step of every chunk run).
       alive_steps: steps that counted (before or at an episode's first ``done``).
       episodes: episodes played.
       terminated: episodes that ended by gymnax's ``terminated`` (the others were cut by the
@@ -114,9 +123,11 @@ def env_step(setup: Rollout, step_key: jax.Array, n: jax.Array, state, action):
     return setup.env.step(jax.random.fold_in(step_key, n), state, action, setup.env_params)
 
 
-def decision(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes, t) -> Episodes:
-    """Decision ``t`` for every episode still running (``action_repeat`` env steps)."""
-    active = c.alive
+def decision(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes) -> Episodes:
+    """Decision ``c.t`` for every episode still running (``action_repeat`` env steps)."""
+    t = c.t
+    # A last chunk may run past the episode's length: those decisions count nothing.
+    active = c.alive & (t < setup.decisions)
     obs = jax.vmap(jax.vmap(lambda o: flat(setup, o)))(c.obs)
     moments = running_stats.add_moments(
         c.moments, running_stats.batch_moments(stats, obs, active, axes=(1,))
@@ -142,7 +153,8 @@ def decision(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes, t
     (obs, state, reward, live, terminated, counted), _ = jax.lax.scan(
         repeat, start, jnp.arange(setup.action_repeat)
     )
-    return Episodes(
+    return c._replace(
+        t=t + 1,
         obs=obs,
         env_state=state,
         returns=c.returns + reward,
@@ -153,8 +165,24 @@ def decision(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes, t
     )
 
 
+def run_chunk(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes) -> Episodes:
+    """``setup.chunk`` decisions in one ``lax.scan``."""
+    c, _ = jax.lax.scan(
+        lambda carry, _: (decision(setup, params, stats, step_keys, carry), None),
+        c,
+        None,
+        length=setup.chunk,
+    )
+    return c._replace(chunks=c.chunks + 1)
+
+
+def running(setup: Rollout, c: Episodes) -> jax.Array:
+    """Whether any episode is still going."""
+    return (c.t < setup.decisions) & jnp.any(c.alive)
+
+
 def rollout(setup: Rollout, params, episode_keys: jax.Array, stats, reference=None):
-    """Returns, lengths, terminations and observation moments of a (P, E) batch.
+    """Returns, lengths, terminations, observation moments and chunk count of a (P, E) batch.
 
     ``params`` holds ``P`` members (a leading axis); every member plays the ``E`` episodes of
     ``episode_keys``. ``reference`` is the batch a policy with a ``prepare`` step is prepared
@@ -167,6 +195,8 @@ def rollout(setup: Rollout, params, episode_keys: jax.Array, stats, reference=No
     obs, states = jax.vmap(setup.env.reset, in_axes=(0, None))(reset_keys, setup.env_params)
     obs, states = jax.tree.map(lambda x: jnp.broadcast_to(x, shape[:1] + x.shape), (obs, states))
     carry = Episodes(
+        t=jnp.zeros((), jnp.int32),
+        chunks=jnp.zeros((), jnp.int32),
         obs=obs,
         env_state=states,
         returns=jnp.zeros(shape, jnp.float32),
@@ -176,27 +206,30 @@ def rollout(setup: Rollout, params, episode_keys: jax.Array, stats, reference=No
         moments=running_stats.zero_moments(setup.observations.size, shape[:1]),
     )
     # Under shard_map the carry starts the same on every device and becomes each device's own
-    # (its members act): typed varying from the start, so the scan keeps one type.
-    out, _ = jax.lax.scan(
-        lambda c, t: (decision(setup, params, stats, step_keys, c, t), None),
+    # (its members act): typed varying from the start, so the loop keeps one type.
+    out = jax.lax.while_loop(
+        functools.partial(running, setup),
+        functools.partial(run_chunk, setup, params, stats, step_keys),
         collectives.varying(carry),
-        jnp.arange(setup.decisions),
     )
-    return out.returns, out.lengths, out.terminated, out.moments
+    return out.returns, out.lengths, out.terminated, out.moments, out.chunks
 
 
-def rollout_info(setup: Rollout, lengths: jax.Array, terminated: jax.Array) -> RolloutInfo:
-    """What a rollout with these episode ``lengths`` and ``terminated`` flags cost.
+def rollout_info(
+    setup: Rollout, lengths: jax.Array, terminated: jax.Array, chunks: jax.Array
+) -> RolloutInfo:
+    """What a rollout with these episode ``lengths`` and ``terminated`` flags, stopped after
+    ``chunks`` chunks, cost.
 
     Example:
       >>> import jax.numpy as jnp
-      >>> setup = Rollout(None, None, None, None, False, 10, 2, 5)
-      >>> info = rollout_info(setup, jnp.array([[7, 10]]), jnp.array([[True, False]]))
-      >>> [int(x) for x in info]
-      [20, 17, 2, 1]
+      >>> setup = Rollout(None, None, None, None, False, 10, 2, 5, 3)
+      >>> lengths, terminated = jnp.array([[7, 10]]), jnp.array([[True, False]])
+      >>> [int(x) for x in rollout_info(setup, lengths, terminated, jnp.int32(2))]
+      [24, 17, 2, 1]
     """
     return RolloutInfo(
-        env_steps=jnp.int32(setup.decisions * setup.action_repeat * lengths.size),
+        env_steps=chunks * setup.chunk * setup.action_repeat * lengths.size,
         alive_steps=jnp.sum(lengths),
         episodes=jnp.int32(lengths.size),
         terminated=jnp.sum(terminated.astype(jnp.int32)),

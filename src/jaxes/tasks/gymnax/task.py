@@ -83,6 +83,7 @@ def gymnax_task(
     normalize_observations: bool | None = None,
     episode_length: int | None = None,
     reference_size: int = 128,
+    chunk_length: int = 50,
 ) -> GymnaxTask:
     """Plays a population of deterministic policies on a gymnax environment.
 
@@ -107,6 +108,8 @@ def gymnax_task(
       reference_size: observations in the reference batch of a ``"vbn_*"`` policy, collected
         by ``init`` as ``jaxes.tasks.brax.brax_task`` does (one action held, up to 32
         decisions per episode, one observation each while alive).
+      chunk_length: policy decisions per ``lax.scan`` chunk between early-exit checks: the
+        batch stops at the first chunk's end where every episode is over.
 
     Returns:
       A ``GymnaxTask``; ``evaluate(key, members, state)`` returns the mean episode return per
@@ -124,6 +127,7 @@ def gymnax_task(
         eval_episodes=eval_episodes,
         action_repeat=action_repeat,
         reference_size=reference_size,
+        chunk_length=chunk_length,
     )
     env, env_params = load_env(env_name)
     actions = action_spec(env_name, env, env_params)
@@ -136,6 +140,7 @@ def gymnax_task(
     if normalize_observations is None:
         normalize_observations = len(observations.shape) == 1
     policy = policies.build(policy, observations.shape, actions, hidden_sizes)
+    decisions = -(-episode_length // action_repeat)
     setup = Rollout(
         env=env,
         env_params=env_params,
@@ -144,7 +149,8 @@ def gymnax_task(
         normalize_observations=bool(normalize_observations),
         episode_length=episode_length,
         action_repeat=action_repeat,
-        decisions=-(-episode_length // action_repeat),
+        decisions=decisions,
+        chunk=min(chunk_length, decisions),
     )
 
     def init(key):
@@ -156,10 +162,11 @@ def gymnax_task(
 
     def evaluate(key, members, task_state):
         keys = jax.random.split(key, episodes_per_member)
-        returns, lengths, terminated, moments = rollout(
+        returns, lengths, terminated, moments, chunks = rollout(
             setup, members, keys, task_state.obs_stats, reference(task_state)
         )
-        return jnp.mean(returns, axis=1), moments, rollout_info(setup, lengths, terminated)
+        info = rollout_info(setup, lengths, terminated, chunks)
+        return jnp.mean(returns, axis=1), moments, info
 
     def update(task_state, moments):
         if not setup.normalize_observations:
@@ -171,7 +178,7 @@ def gymnax_task(
     def evaluate_policy(key, params, task_state):
         single = jax.tree.map(lambda x: x[None], params)
         keys = jax.random.split(key, eval_episodes)
-        returns, _, _, _ = rollout(setup, single, keys, task_state.obs_stats, reference(task_state))
+        returns, *_ = rollout(setup, single, keys, task_state.obs_stats, reference(task_state))
         return returns[0]
 
     def act_on(params, obs, task_state):
