@@ -7,9 +7,10 @@ This script measures the same for jaxes on Brax's versions of those tasks.
 
 What it measures, per env:
 
-1. jaxes: `jaxes train --env ENV --seeds 0-2 --timesteps N --target-return S100` (the env's
-   preset from `jaxes.presets.PRESETS`: policy, population, sigma, learning rate, episode
-   length, eval cadence, backend; the seeds vmapped in one program; S100 is TRPO's final
+1. jaxes: `jaxes train --env ENV --preset table3 --seeds 0-2 --timesteps N --target-return
+   S100` (the env's Table 3 setting, `jaxes.presets.NAMED["table3"]` laid over its training
+   preset: policy, population, sigma, learning rate, episode length, eval cadence, backend;
+   found by `benchmarks/table3_sweep.py`; the seeds vmapped in one program; S100 is TRPO's final
    score, after which a seed has nothing left to measure). For each seed, the first
    `total_env_steps` at which the noise-free evaluation of the centre (which jaxes runs
    after every block) reaches each of the four scores; the table gives the median over
@@ -92,6 +93,7 @@ from _common import REPO, RESULTS, finish_machine_info, machine_info, utc_now, w
 from jaxes.app import presets
 
 PERCENTS = (25, 50, 75, 100)
+PRESET = "table3"  # jaxes.presets.NAMED: the settings this table is sat with
 # Table 3 of Salimans et al. 2017: TRPO's score at 25/50/75/100 % of its learning progress,
 # and the timesteps ES needed to reach each.
 PAPER = {
@@ -341,14 +343,14 @@ def has_run(run_dir: Path, seeds: list[int]) -> bool:
 
 
 def jaxes_command(env: str, seeds: str, timesteps: int, run_dir: Path, resume: bool) -> list:
-    """`jaxes train` with the env's preset; each seed also stops at TRPO's final score, as
-    after that there is nothing left to measure."""
-    cmd = [sys.executable, "-m", "jaxes", "train", "--env", env, "--seeds", seeds]
-    cmd += ["--timesteps", str(timesteps), "--generations", str(GENERATIONS)]
+    """`jaxes train` with the env's Table 3 setting (`--preset table3`); each seed also stops
+    at TRPO's final score, as after that there is nothing left to measure."""
+    cmd = [sys.executable, "-m", "jaxes", "train", "--env", env, "--preset", PRESET]
+    cmd += ["--seeds", seeds, "--timesteps", str(timesteps), "--generations", str(GENERATIONS)]
     cmd += ["--target-return", repr(PAPER[env]["thresholds"][-1])]
     # A checkpoint after every evaluation: a sitting stopped by the wall clock loses at most
     # one block when it is resumed.
-    cmd += ["--checkpoint-every", str(presets.preset(env)["eval_every"])]
+    cmd += ["--checkpoint-every", str(presets.preset(env, name=PRESET)["eval_every"])]
     return cmd + ["--out", str(run_dir)] + (["--resume"] if resume else [])
 
 

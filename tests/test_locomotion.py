@@ -1,4 +1,5 @@
-"""Every Brax env from its preset, the stopping rules, and several seeds in one program.
+"""Every Brax env from its preset (and from every named setting that has a row for it), the
+stopping rules, and several seeds in one program.
 
 Tracing (``jax.jit(...).lower``) checks that a generation of every env builds without
 compiling it: humanoid's XLA compile alone takes minutes on this CPU.
@@ -24,15 +25,34 @@ from jaxes.tasks.functions import function_task
 from jaxes.tasks.gymnax import envs as gymnax_envs
 
 
-@pytest.mark.parametrize("env", env_names())
-def test_every_env_traces_one_generation_with_its_preset(env):
-    config = config_lib.TrainConfig(env=env)
+# A named row that sets nothing traces the env's own preset, already traced here.
+@pytest.mark.parametrize(
+    "env, name",
+    [(env, None) for env in env_names()]
+    + [(env, name) for name, rows in presets.NAMED.items() for env, row in rows.items() if row],
+)
+def test_every_env_traces_one_generation_with_its_preset(env, name):
+    config = config_lib.TrainConfig(env=env, preset=name)
     assert config.backend in supported_backends(env)
+    for setting, value in presets.preset(env, name=name).items():
+        assert getattr(config, setting) == value, (env, name, setting)
     strategy, task = config_lib.build(config)
     state = jax.eval_shape(lambda: training.init_state(strategy, task, 0))
     lowered = jax.jit(generation_step(strategy, task)).lower(state)
     _, metrics = lowered.out_info
     assert metrics["env_steps"].shape == () and "fitness_mean" in metrics
+
+
+def test_named_settings_are_valid_configs_for_every_env_they_name():
+    for name, rows in presets.NAMED.items():
+        for env, row in rows.items():
+            config = config_lib.TrainConfig(env=env, preset=name)
+            plain = config_lib.TrainConfig(env=env)
+            assert config.preset == name and config.to_dict()["preset"] == name
+            changed = {k for k, v in plain.to_dict().items() if config.to_dict()[k] != v}
+            assert changed - {"preset"} <= set(row), (name, env, changed)
+            for setting, value in row.items():
+                assert getattr(config, setting) == value, (name, env, setting)
 
 
 def test_presets_are_valid_configs_and_flags_override_them():

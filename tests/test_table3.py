@@ -1,4 +1,5 @@
-"""benchmarks/table3.py: its helpers (crossings, medians, bounds) and one real quick sweep."""
+"""benchmarks/table3.py: its helpers (crossings, medians, bounds) and one real quick sweep;
+benchmarks/table3_sweep.py: its grid and its summaries."""
 
 import json
 import subprocess
@@ -11,6 +12,11 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the scripts import `_common` as a sibling
 
 import table3  # noqa: E402
+import table3_sweep  # noqa: E402
+
+from jaxes.app import parser as cli_parser  # noqa: E402
+from jaxes.app import presets  # noqa: E402
+from jaxes.app.config import TrainConfig  # noqa: E402
 
 CURVE = [(100, 5.0), (200, 10.0), (300, 7.0), (400, 12.0)]
 
@@ -178,3 +184,45 @@ def test_quick_sweep(tmp_path):
     # The report's plot draws from the same record.
     table3.plot([record], tmp_path / "table3.png")
     assert (tmp_path / "table3.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("env", table3.ENVS)
+def test_every_sweep_setting_is_a_valid_config_that_changes_one_thing(env):
+    """Each setting's flags, parsed by `jaxes train`'s own parser, give a valid config that
+    differs from the env's `table3` setting where its flags say, and only there."""
+    base = TrainConfig(env=env, preset="table3").to_dict()
+    assert env in presets.NAMED["table3"]
+    for name, flags in table3_sweep.grid(env).items():
+        cmd = table3_sweep.command(env, flags, "0-2", 1000, Path("/tmp/never-made"))
+        args = cli_parser.parser().parse_args(cmd[3:])
+        given = {f: getattr(args, f) for _, f, _, _ in cli_parser.TRAIN_FLAGS}
+        config = TrainConfig(**{k: v for k, v in given.items() if v is not None}).to_dict()
+        changed = {k for k in base if config[k] != base[k]}
+        changed -= {"timesteps", "target_return", "generations", "checkpoint_every"}
+        fields = {f for flag, f, _, _ in cli_parser.TRAIN_FLAGS if flag[2:] in flags}
+        # Something the flags set changed (a flag may repeat a value, as --hidden-sizes 32,32
+        # does), nothing else did, and only the "table3" setting has no flags.
+        assert changed <= fields and bool(changed) == (name != "table3"), (name, changed)
+    assert config["target_return"] == table3.PAPER[env]["thresholds"][1]
+    assert config["timesteps"] == 1000 and args.seeds == [0, 1, 2]
+
+
+def test_sweep_summary_counts_a_missing_seed_as_infinite_and_judges_both_counts():
+    lines = [
+        {"generation": 1, "env_steps": 100, "alive_steps": 40, "total_env_steps": 100},
+        {"generation": 2, "env_steps": 100, "alive_steps": 60, "total_env_steps": 200,
+         "eval_return": 5.0},
+        {"generation": 3, "env_steps": 100, "alive_steps": 80, "total_env_steps": 300,
+         "eval_return": 12.0},
+    ]  # fmt: skip
+    seed = table3_sweep.seed_result(lines, [4.0, 10.0])
+    assert seed["threshold_env_steps"] == [200, 300]
+    assert seed["threshold_alive_steps"] == [100, 180]  # the running sum of alive_steps
+    assert (seed["best_eval_return"], seed["final_eval_return"]) == (12.0, 12.0)
+    assert (seed["env_steps_used"], seed["alive_steps_used"]) == (300, 180)
+    missed = table3_sweep.seed_result(lines[:2], [4.0, 10.0])
+    assert missed["threshold_env_steps"] == [200, None]
+    out = table3_sweep.summary([seed, missed, missed], [250, 250])
+    # Two of three seeds missed 50 %, and they stopped short of the paper's steps: unknown.
+    assert out["median_env_steps"] == [200, None] and out["within_paper"] == [True, None]
+    assert out["median_best_eval_return"] == 5.0

@@ -96,7 +96,8 @@ def _check_number(name: str, value, low: float, inclusive: bool) -> float:
 class TrainConfig:
     """Every setting of a Brax run; saved as ``config.json`` in the run directory.
 
-    A setting left as ``None`` is filled from the env's preset (``jaxes.presets``), then from
+    A setting left as ``None`` is filled from the env's preset (``jaxes.presets``; with
+    ``preset=NAME``, the named row ``presets.NAMED[NAME][env]`` laid over it), then from
     the strategy's own defaults: ``TrainConfig(env="hopper")`` is what ``jaxes train --env
     hopper`` runs. ``timesteps`` and ``target_return`` stay ``None`` (no limit) unless given.
 
@@ -112,6 +113,7 @@ class TrainConfig:
     """
 
     env: str = "inverted_pendulum"
+    preset: str | None = None
     backend: str | None = None
     episode_length: int | None = None
     strategy: str = "open_es"
@@ -198,7 +200,13 @@ class TrainConfig:
 
     def _fill_from_preset(self) -> None:
         filled = set()
-        for name, value in presets.preset(self.env, self.strategy).items():
+        if self.preset is not None and not isinstance(self.preset, str):
+            raise ConfigError(f"preset: expected a name or nothing, got {self.preset!r}")
+        try:
+            settings = presets.preset(self.env, self.strategy, self.preset)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        for name, value in settings.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
                 filled.add(name)

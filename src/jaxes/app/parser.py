@@ -75,6 +75,12 @@ def _seeds(text: str) -> list[int]:
 TRAIN_FLAGS = [
     ("--env", "env", str, "Brax or gymnax environment (see `jaxes envs`)"),
     (
+        "--preset",
+        "preset",
+        str,
+        "named settings laid over the env's preset: table3 (Salimans et al.'s Table 3)",
+    ),
+    (
         "--backend",
         "backend",
         str,
