@@ -88,3 +88,14 @@ def test_every_core_by_default_and_devices_1_give_the_same_run(tmp_path):
     np.testing.assert_allclose(
         final_params(tmp_path / "split"), final_params(tmp_path / "one"), atol=1e-6
     )
+
+
+def test_a_gymnax_run_and_its_resume_split_over_every_core_too(tmp_path):
+    # Building a gymnax env's config loads the env, which starts JAX: the cores are chosen
+    # before that, for a new run and for a resumed one (whose --devices is in config.json).
+    flags = ["--env", "CartPole-v1", "--episode-length", "20", "--checkpoint-every", "5"]
+    first = train(tmp_path / "cartpole", *flags, "--generations", "5")
+    cores = parallel.default_split(8, parallel.cpu_cores())
+    assert f"P=8 on {cores} " in first and "(CPU: one per core" in first, first
+    resumed = train(tmp_path / "cartpole", *flags, "--generations", "10", "--resume")
+    assert f"P=8 on {cores} " in resumed and "(CPU: one per core" in resumed, resumed

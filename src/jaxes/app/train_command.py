@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from jaxes.app import config as config_lib
@@ -28,10 +29,19 @@ def train_command(args) -> int:
     seeds = args.seeds
     if seeds is not None and "seed" in given:
         return fail("--seed and --seeds: give one of them")
+    path = None
     if args.resume:
         if args.out is None:
             return fail("--resume needs --out RUN_DIR, the run to continue")
         seeds, path = rundir.resume_target(args.out, seeds)
+    # JAX's runtime is chosen before the config is built: building a gymnax env's config loads
+    # the env, which starts JAX, after which neither choice can be made.
+    distributed = parallel.initialize_distributed(
+        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
+    )
+    if not distributed:  # several processes: one device each unless XLA_FLAGS says otherwise
+        parallel.use_cpu_cores(_devices(given, path))
+    if path is not None:
         # Flags repeat or change settings; the runner refuses any change but the stops.
         saved = read_config(path).to_dict()
         config = TrainConfig.from_dict({**saved, **given}, "flags")
@@ -39,11 +49,6 @@ def train_command(args) -> int:
         config = TrainConfig(**given, **({"seed": seeds[0]} if seeds else {}))
     out = args.out if args.out is not None else rundir.default_out(config.env)
     RUN_DIR[0] = out
-    distributed = parallel.initialize_distributed(
-        args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout
-    )
-    if not distributed:  # several processes: one device each unless XLA_FLAGS says otherwise
-        parallel.use_cpu_cores(config.devices or None)
     if seeds is None:
         summary = train.run(config, out, resume=args.resume)
     else:
@@ -51,6 +56,21 @@ def train_command(args) -> int:
     if jax.process_index() == 0:  # process 0 reports for everyone
         _print_result(summary, seeds, out)
     return 0
+
+
+def _devices(given: dict, saved: str | None) -> int | None:
+    """The CPU devices a run asks for, read before anything starts JAX: ``--devices`` (or the
+    TOML's), else the resumed run's ``config.json``; ``None`` (one per core) for 0, for none,
+    and for a value the config will refuse with its own error."""
+    devices = given.get("devices")
+    if devices is None and saved is not None:
+        try:
+            with open(saved) as f:
+                devices = json.load(f).get("devices")
+        except (OSError, ValueError, AttributeError):  # read_config reports a damaged file
+            devices = None
+    valid = isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1
+    return devices if valid else None
 
 
 def _print_result(summary: dict, seeds: list[int] | None, out: str) -> None:
