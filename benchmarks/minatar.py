@@ -61,6 +61,11 @@ Run:
 `--quick` trains Breakout with seed 0 for a few generations at P = 64 and 200-step episodes
 (a smoke run of the pipeline, not the shared setting) into benchmarks/results/minatar_quick.json;
 `--overhead` writes benchmarks/results/minatar_overhead.json.
+`--policy-cost`: one policy step of 3 × P members (the preset's network without its VBN
+statistics, `conv`; three seeds) with
+each member's own weights, as a generation runs it, against one shared set of weights (what
+low-rank members would share), median of 20 × `--repeats` calls, one device; writes
+benchmarks/results/minatar_policy_cost.json.
 """
 
 from __future__ import annotations
@@ -216,6 +221,7 @@ def table(games: list[dict]) -> str:
             _spread_text(g["best_eval_return"]),
             _spread_text(g["alive_steps"], 0),
             _spread_text(g["env_steps"], 0),
+            _spread_text(spread([s["generations"] for s in g["seeds"]]), 0),
             _num(g["median_alive_steps_to_ppo"], 0),
             f"{PPO_ENV_STEPS[g['game']]:.0e}",
             _verdict(g["target_steps_within_10x_ppo"]),
@@ -226,7 +232,8 @@ def table(games: list[dict]) -> str:
     ]
     head = (
         "game | PPO return | final eval | best eval | alive env steps | simulated env steps | "
-        "alive steps to PPO return | PPO env steps | ≤ 10× PPO steps | minutes | ≤ 30 min"
+        "updates | alive steps to PPO return | PPO env steps | ≤ 10× PPO steps | minutes | "
+        "≤ 30 min"
     )
     note = (
         "\nmedian [min, max] over seeds; 'alive steps to PPO return': median over seeds of the "
@@ -234,7 +241,7 @@ def table(games: list[dict]) -> str:
         "+inf; '-': not reached); 'n/a': no PPO return (Seaquest) or stopped before 10x PPO's "
         "env steps without reaching it."
     )
-    return driver.markdown_table(head, "lrrrrrrrlrl", rows) + note
+    return driver.markdown_table(head, "lrrrrrrrrlrl", rows) + note
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,6 +458,42 @@ def run_overhead(args, argv) -> None:
     )
 
 
+def run_policy_cost(args, argv) -> None:
+    """One policy step of P × 3 members (the preset's population, three seeds) with each
+    member's own weights (what a generation does) against one shared set of weights."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxes.tasks.gymnax import gymnax_task
+
+    info = machine_info(argv, packages=("jax", "jaxlib", "gymnax"), jax_backend=True)
+    game, members = args.games[0], 3 * (args.population or 256)
+    task = gymnax_task(env_name(game), "conv")  # vbn_conv's weights, without its statistics
+    params = task.init_params(jax.random.key(0))
+    stacked = jax.tree.map(
+        lambda x: x[None] + 0.02 * jax.random.normal(jax.random.key(1), (members,) + x.shape),
+        params,
+    )
+    obs = jnp.zeros((members,) + task.observations.shape, jnp.float32)
+    own = jax.jit(jax.vmap(task.policy.apply))
+    shared = jax.jit(jax.vmap(task.policy.apply, in_axes=(None, 0)))
+    calls = [lambda: jax.block_until_ready(own(stacked, obs))]
+    calls.append(lambda: jax.block_until_ready(shared(params, obs)))
+    for call in calls:  # compile and warm up
+        call()
+    seconds, _ = timed(calls, 20 * args.repeats)
+    own_s, shared_s = (statistics.median(s) for s in seconds)
+    size = sum(x.size for x in jax.tree.leaves(params))
+    result = {"game": game, "members": members, "params_per_member": size}
+    result |= {"own_weights_s": own_s, "shared_weights_s": shared_s, "ratio": own_s / shared_s}
+    text = (
+        f"{env_name(game)}, conv ({size} parameters), one policy step of {members} members: "
+        f"own weights {own_s * 1e3:.1f} ms, shared weights {shared_s * 1e3:.1f} ms "
+        f"({own_s / shared_s:.1f}x)"
+    )
+    write_results(args.out, info, [], [text], {"policy_cost": result}, show_machine=False)
+
+
 # --------------------------------------------------------------------------------------------
 # The command line.
 # --------------------------------------------------------------------------------------------
@@ -461,6 +504,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         __doc__, "Breakout, seed 0, a few generations (~1-2 min)", "minatar", child=False
     )
     parser.add_argument("--overhead", action="store_true", help="per-step overhead vs gymnax")
+    parser.add_argument(
+        "--policy-cost", action="store_true", help="a policy step: own vs shared weights"
+    )
     parser.add_argument(
         "--games",
         type=driver.comma_list(str),
@@ -487,8 +533,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="--overhead: timed repeats")
     parser.add_argument("--runs", type=Path, help="run directories (default: a temp folder)")
     args = parser.parse_args(argv)
-    if args.games is None:  # --overhead measures one game: Breakout unless told
-        args.games = [QUICK["game"]] if args.overhead else list(GAMES)
+    if args.games is None:  # --overhead and --policy-cost: Breakout unless told
+        args.games = [QUICK["game"]] if args.overhead or args.policy_cost else list(GAMES)
     unknown = [g for g in args.games if g not in GAMES]
     if unknown:
         parser.error(f"unknown games {unknown}; choose from {', '.join(GAMES)}")
@@ -500,13 +546,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.timesteps is None:
         args.timesteps = STEPS_FACTOR * max(PPO_ENV_STEPS[g] for g in args.games)
     name = "minatar_overhead" if args.overhead else "minatar"
-    args.out = args.out or driver.results_path(name, args.quick and not args.overhead)
+    name = "minatar_policy_cost" if args.policy_cost else name
+    args.out = args.out or driver.results_path(name, args.quick and name == "minatar")
     return args
 
 
 def run(args, argv) -> None:
     if args.overhead:
         run_overhead(args, argv)
+    elif args.policy_cost:
+        run_policy_cost(args, argv)
     else:
         run_training(args, argv)
 
