@@ -166,7 +166,7 @@ def summary(seeds: list[dict], paper_steps: list[float]) -> dict:
 def run_setting(env: str, name: str, flags: dict, args, runs: Path) -> dict:
     """Trains one setting's seeds (one program) and reads back its result."""
     seeds = parse_seeds(args.seeds)
-    slug = name.replace("/", "-half").replace("*2", "-double").replace(" ", "-")
+    slug = name.replace("/2", "-half").replace("*2", "-double").replace(" ", "-")
     run_dir = runs / env / slug.replace(",", "-")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SystemExit(f"{run_dir}: runs not in the results file; delete it or pass --runs")
