@@ -22,6 +22,7 @@ import jaxes
 from conftest import TINY_FLAGS
 from jaxes import training
 from jaxes.app import cli, train
+from jaxes.app import config as config_lib
 from jaxes.app.config import TrainConfig, build
 from jaxes.tasks.brax import running_stats
 from jaxes.tasks.functions import function_task
@@ -278,6 +279,14 @@ def test_train_run_refuses_a_config_that_differs_from_the_runs(run_copy):
     with pytest.raises(rundir.RunDirError, match="sigma=0.2 differs from the run's 0.05"):
         train.run(changed, str(run_copy), resume=True, stream=io.StringIO())
     assert snapshot(run_copy) == before
+
+
+def test_a_config_json_written_before_a_setting_was_added_loads_with_its_default(run_copy):
+    saved = json.loads((run_copy / "config.json").read_text())
+    older = {k: v for k, v in saved.items() if k not in config_lib.ADDED_LATER}
+    assert TrainConfig.from_dict(older) == TrainConfig.from_dict(saved)
+    with pytest.raises(config_lib.ConfigError, match=r"missing settings \['sigma'\]"):
+        TrainConfig.from_dict({k: v for k, v in saved.items() if k != "sigma"})
 
 
 def test_load_policy_is_the_trained_act_with_its_normalisation(tiny_run):

@@ -62,7 +62,13 @@ STRATEGY_SETTINGS = (
     "noise_rank",
 )
 # Settings added after runs were first written: a config.json without one means its default.
-ADDED_LATER = ("noise_rank", "vbn_reference_size", "subspace_dim", "subspace_projection")
+ADDED_LATER = (
+    "noise_rank",
+    "vbn_reference_size",
+    "subspace_dim",
+    "subspace_projection",
+    "preset",
+)
 
 
 def takes(strategy: str, setting: str) -> bool:
