@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes import collectives
+from jaxes.tasks import episodes
 from jaxes.tasks.brax import running_stats
 from jaxes.tasks.brax.policies import Policy
 
@@ -159,17 +160,6 @@ def decision(setup: Rollout, params, stats, c: Episodes) -> Episodes:
     )
 
 
-def run_chunk(setup: Rollout, params, stats, c: Episodes) -> Episodes:
-    """``setup.chunk`` decisions in one ``lax.scan``."""
-    c, _ = jax.lax.scan(
-        lambda carry, _: (decision(setup, params, stats, carry), None),
-        c,
-        None,
-        length=setup.chunk,
-    )
-    return c._replace(chunks=c.chunks + 1)
-
-
 def running(setup: Rollout, c: Episodes) -> jax.Array:
     """Whether any episode is still going."""
     return (c.t < setup.episode_length) & jnp.any(c.alive)
@@ -200,12 +190,11 @@ def rollout(setup: Rollout, params, reset_keys: jax.Array, stats, reference=None
     starts = jax.vmap(setup.env.reset)(reset_keys)
     starts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_members,) + x.shape), starts)
     carry = start(setup, starts, (num_members, reset_keys.shape[0]))
-    # Under shard_map the carry starts the same on every device and becomes each device's own
-    # (its members act): typed varying from the start, so the loop keeps one type.
-    out = jax.lax.while_loop(
+    out = episodes.in_chunks(
+        functools.partial(decision, setup, params, stats),
         functools.partial(running, setup),
-        functools.partial(run_chunk, setup, params, stats),
-        collectives.varying(carry),
+        carry,
+        setup.chunk,
     )
     return out.returns, out.lengths, out.moments, out.chunks
 

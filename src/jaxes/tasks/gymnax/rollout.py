@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes import collectives
+from jaxes.tasks import episodes
 from jaxes.tasks.brax import running_stats
 from jaxes.tasks.brax.policies import Policy
 from jaxes.tasks.gymnax.envs import Observations, encode
@@ -165,17 +165,6 @@ def decision(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes) -
     )
 
 
-def run_chunk(setup: Rollout, params, stats, step_keys: jax.Array, c: Episodes) -> Episodes:
-    """``setup.chunk`` decisions in one ``lax.scan``."""
-    c, _ = jax.lax.scan(
-        lambda carry, _: (decision(setup, params, stats, step_keys, carry), None),
-        c,
-        None,
-        length=setup.chunk,
-    )
-    return c._replace(chunks=c.chunks + 1)
-
-
 def running(setup: Rollout, c: Episodes) -> jax.Array:
     """Whether any episode is still going."""
     return (c.t < setup.decisions) & jnp.any(c.alive)
@@ -205,12 +194,11 @@ def rollout(setup: Rollout, params, episode_keys: jax.Array, stats, reference=No
         terminated=jnp.zeros(shape, bool),
         moments=running_stats.zero_moments(setup.observations.size, shape[:1]),
     )
-    # Under shard_map the carry starts the same on every device and becomes each device's own
-    # (its members act): typed varying from the start, so the loop keeps one type.
-    out = jax.lax.while_loop(
+    out = episodes.in_chunks(
+        functools.partial(decision, setup, params, stats, step_keys),
         functools.partial(running, setup),
-        functools.partial(run_chunk, setup, params, stats, step_keys),
-        collectives.varying(carry),
+        carry,
+        setup.chunk,
     )
     return out.returns, out.lengths, out.terminated, out.moments, out.chunks
 
