@@ -66,6 +66,8 @@ Run:
   .venv/bin/python benchmarks/table3.py                       # all six envs, 3 seeds
   .venv/bin/python benchmarks/table3.py --envs hopper,swimmer --wall-minutes 30
   .venv/bin/python benchmarks/table3.py --write-docs          # also docs/benchmarks.md + plot
+  .venv/bin/python benchmarks/table3.py --results /tmp/t3 --runs /tmp/t3-runs \
+      --brax-es-from benchmarks/results/table3   # re-sit jaxes; reuse Brax ES runs still valid
   .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
 `--quick`: inverted_pendulum, seeds 0-1, 20,000 env steps, no Brax ES, results in `--results`
 (a temporary folder if not given), never in benchmarks/results.
@@ -721,21 +723,47 @@ def compare_brax(record: dict) -> None:
     brax["comparison_simulated_steps"] = compare_at_equal_steps(simulated, curve)
 
 
+def finished_brax_runs(record: dict, elsewhere: Path | None, env: str):
+    """(where, record) of the finished Brax ES runs this env may reuse: its own record's, then
+    the one in `--brax-es-from`."""
+    found = [("this record", record.get("brax_es"))]
+    if elsewhere is not None and (elsewhere / f"{env}.json").is_file():
+        other = json.loads((elsewhere / f"{env}.json").read_text())
+        found.append((rel(elsewhere / f"{env}.json"), other.get("brax_es")))
+    return [(where, old) for where, old in found if old and old.get("status") == "done"]
+
+
+def same_brax_run(a: dict, b: dict) -> bool:
+    """Whether two Brax ES specs run the same thing (where their curves go aside): Brax ES
+    is seeded and deterministic, so a finished run with the same spec is the same run.
+
+    Example:
+      >>> same_brax_run({"population": 32, "curve": "a"}, {"population": 32, "curve": "b"})
+      True
+      >>> same_brax_run({"population": 32, "curve": "a"}, {"population": 64, "curve": "a"})
+      False
+    """
+    drop = lambda spec: {k: v for k, v in spec.items() if k != "curve"}  # noqa: E731
+    return drop(a) == drop(b)
+
+
 def run_brax_env(record: dict, args, path: Path) -> None:
     """Runs Brax ES on the env of `record` unless it has a finished run; records its curve."""
     env = record["env"]
-    old = record.get("brax_es")
     variant = args.brax_es_variant or BRAX_ES_CHOICE.get(env, "tuned")
-    if old and old.get("status") == "done" and old["spec"]["variant"] == variant:
-        print(f"{env}: Brax ES finished ({old['bound']}), skipped", flush=True)
-        return
     config = record["settings"].get("jaxes_config")
     if not config:
         raise RuntimeError(f"{env}: no jaxes config.json to match Brax ES to")
     curve_path = args.runs / f"{env}-brax-es.jsonl"
-    curve_path.unlink(missing_ok=True)  # Brax ES cannot resume: a new run, a new curve
     budget = record["settings"]["timesteps_budget"]
     spec = brax_spec(env, config, budget, variant, curve_path)
+    for where, old in finished_brax_runs(record, args.brax_es_from, env):
+        if same_brax_run(old["spec"], spec):
+            print(f"{env}: Brax ES finished ({old['bound']}, {where}), reused", flush=True)
+            if where != "this record":
+                record["brax_es"] = {**old, "reused_from": where}
+            return
+    curve_path.unlink(missing_ok=True)  # Brax ES cannot resume: a new run, a new curve
     wall_budget = args.wall_minutes * 60.0
     print(
         f"{env}: Brax ES ({variant}), budget {sci(budget)} env steps or {wall_budget:.0f} s",
@@ -1014,6 +1042,13 @@ def parse_args(argv: list[str]):
     parser.add_argument("--wall-minutes", type=float, default=15.0, help="per env, all seeds")
     parser.add_argument("--timesteps", type=int, default=None, help="override the env-step cap")
     parser.add_argument("--no-brax-es", action="store_true", help="skip Brax ES")
+    parser.add_argument(
+        "--brax-es-from",
+        type=Path,
+        default=None,
+        help="a results folder whose finished Brax ES runs are reused where their spec is "
+        "the one this sitting would run (a re-sit of jaxes alone)",
+    )
     parser.add_argument(
         "--brax-es-envs",
         type=env_list,

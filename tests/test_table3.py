@@ -21,6 +21,22 @@ from jaxes.app.config import TrainConfig  # noqa: E402
 CURVE = [(100, 5.0), (200, 10.0), (300, 7.0), (400, 12.0)]
 
 
+def test_a_re_sit_reuses_only_a_finished_brax_es_run_of_the_same_spec(tmp_path):
+    config = {"backend": "spring", "episode_length": 1000, "population_size": 32}
+    config |= {"policy": "linear", "sigma": 0.02, "learning_rate": 0.02, "l2_coeff": 0.005}
+    spec = table3.brax_spec("hopper", config, 1000, "preset", tmp_path / "a.jsonl")
+    done = {"status": "done", "spec": spec, "bound": "timesteps", "curve": [[10, 1.0]]}
+    (tmp_path / "hopper.json").write_text(json.dumps({"brax_es": done}))
+    found = table3.finished_brax_runs({}, tmp_path, "hopper")
+    assert [old for _, old in found] == [done]
+    elsewhere = table3.brax_spec("hopper", config, 1000, "preset", tmp_path / "b.jsonl")
+    assert table3.same_brax_run(found[0][1]["spec"], elsewhere)
+    bigger = table3.brax_spec("hopper", config | {"population_size": 64}, 1000, "preset", "b")
+    assert not table3.same_brax_run(found[0][1]["spec"], bigger)
+    failed = {"brax_es": {**done, "status": "failed"}}
+    assert table3.finished_brax_runs(failed, None, "hopper") == []
+
+
 @pytest.mark.parametrize(
     ("threshold", "expected"),
     [(-1.0, 100), (10.0, 200), (9.9, 200), (11.0, 400), (12.5, None)],
