@@ -860,6 +860,43 @@ def table3_markdown(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def setting_text(config: dict | None) -> str:
+    """The learning settings of a jaxes run, from its `config.json`."""
+    if not config:
+        return "-"
+    policy = config["policy"]
+    if policy != "linear":
+        policy += " " + ",".join(str(h) for h in config["hidden_sizes"])
+    return (
+        f"{config['strategy']} P={config['population_size']}, sigma {config['sigma']:g}, "
+        f"lr {config['learning_rate']:g}, L2 {config['l2_coeff']:g}, {policy}, "
+        f"eval every {config['eval_every']}, {config['backend']}"
+    )
+
+
+def settings_markdown(records: list[dict]) -> str:
+    """Per env: the setting, the `jaxes train` command, the commit and the machine of each
+    sitting."""
+    lines = [
+        "| env | setting (`--preset table3`) | command | commit | machine |",
+        "|---|---|---|---|---|",
+    ]
+    for r in records:
+        sittings = r["sittings"]
+        command = " ".join(["jaxes", *sittings[0]["command"][2:]]) if sittings else "-"
+        commits = ", ".join(dict.fromkeys(s["machine"]["git"] for s in sittings)) or "-"
+        machines = ", ".join(
+            dict.fromkeys(
+                f"{s['machine']['cpu_model']}, {s['machine']['cpu_cores']} cores" for s in sittings
+            )
+        )
+        lines.append(
+            f"| {r['env']} | {setting_text(r['settings'].get('jaxes_config'))} | `{command}` | "
+            f"{commits} | {machines or '-'} |"
+        )
+    return "\n".join(lines)
+
+
 def comparison_cells(c: dict | None) -> str:
     """Steps, jaxes' median, Brax ES's return and whether jaxes beats it (or dashes)."""
     if c is None:
@@ -906,6 +943,8 @@ def report(records: list[dict]) -> str:
         "counts only steps inside live episodes, as the paper's timesteps do (- : not reached).",
         "",
         table3_markdown(records),
+        "",
+        settings_markdown(records),
     ]
     brax = brax_markdown(records)
     if brax:

@@ -21,6 +21,20 @@ from jaxes.app.config import TrainConfig  # noqa: E402
 CURVE = [(100, 5.0), (200, 10.0), (300, 7.0), (400, 12.0)]
 
 
+def test_the_table_names_each_envs_setting_command_commit_and_machine():
+    config = {"strategy": "open_es", "population_size": 8, "sigma": 0.1, "learning_rate": 0.03}
+    config |= {"l2_coeff": 0.0, "policy": "mlp", "hidden_sizes": [32, 32], "eval_every": 2}
+    machine = {"git": "abc1234", "cpu_model": "AMD EPYC", "cpu_cores": 2}
+    cmd = ["-m", "jaxes", "train", "--env", "hopper", "--preset", "table3"]
+    record = {"env": "hopper", "settings": {"jaxes_config": config | {"backend": "spring"}}}
+    record["sittings"] = [{"command": cmd, "machine": machine}] * 2
+    row = table3.settings_markdown([record]).splitlines()[-1]
+    assert row == (
+        "| hopper | open_es P=8, sigma 0.1, lr 0.03, L2 0, mlp 32,32, eval every 2, spring | "
+        "`jaxes train --env hopper --preset table3` | abc1234 | AMD EPYC, 2 cores |"
+    )
+
+
 def test_a_re_sit_reuses_only_a_finished_brax_es_run_of_the_same_spec(tmp_path):
     config = {"backend": "spring", "episode_length": 1000, "population_size": 32}
     config |= {"policy": "linear", "sigma": 0.02, "learning_rate": 0.02, "l2_coeff": 0.005}
