@@ -23,8 +23,11 @@ seed that never reached a score counted as +inf) and whether they are within the
 ES timesteps.
 
 Results: `--results/<env>.json` (default benchmarks/results/table3_sweep/), rewritten after
-every setting; a rerun skips the settings already recorded. Run directories go to `--runs`
-(default ~/.cache/jaxes/table3-sweep-runs), outside the repository, with a log per setting.
+every setting; each setting records the `table3` row it was laid over, and a rerun skips the
+settings already recorded over the current row, so moving a winner into
+`presets.NAMED["table3"]` and rerunning sweeps a new round around it. Run directories go to
+`--runs` (default ~/.cache/jaxes/table3-sweep-runs, `<env>/<row>/<setting>`), outside the
+repository, with a log per setting.
 
 Cost on the project's 2-core CPU (about 70k env steps/s for a linear hopper policy): a
 setting runs at most 3 × N env steps: hopper about 3 minutes, walker2d about 10, the others
@@ -101,8 +104,23 @@ def grid(env: str) -> dict[str, dict[str, str]]:
     cadence = 5 if base["eval_every"] == 2 else 2
     settings[f"eval-every={cadence}"] = {"eval-every": str(cadence)}
     if base["policy"] == "linear":
-        settings["mlp 32,32"] = {"policy": "mlp", "hidden-sizes": "32,32"}
+        settings["mlp 32x32"] = {"policy": "mlp", "hidden-sizes": "32,32"}
     return settings
+
+
+def current_row(env: str) -> dict:
+    """The env's `table3` row now: what the grid's settings are laid over."""
+    return dict(presets.NAMED[PRESET].get(env, {}))
+
+
+def row_slug(row: dict) -> str:
+    """A row as a short name (for run directories and the table).
+
+    Example:
+      >>> row_slug({"sigma": 0.1, "population_size": 8}), row_slug({})
+      ('population_size=8,sigma=0.1', 'preset')
+    """
+    return ",".join(f"{k}={v}" for k, v in sorted(row.items())) or "preset"
 
 
 def budget(env: str) -> int:
@@ -167,7 +185,7 @@ def run_setting(env: str, name: str, flags: dict, args, runs: Path) -> dict:
     """Trains one setting's seeds (one program) and reads back its result."""
     seeds = parse_seeds(args.seeds)
     slug = name.replace("/2", "-half").replace("*2", "-double").replace(" ", "-")
-    run_dir = runs / env / slug.replace(",", "-")
+    run_dir = runs / env / row_slug(current_row(env)) / slug.replace(",", "-")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SystemExit(f"{run_dir}: runs not in the results file; delete it or pass --runs")
     timesteps = args.timesteps or budget(env)
@@ -188,6 +206,7 @@ def run_setting(env: str, name: str, flags: dict, args, runs: Path) -> dict:
     config = json.loads(config_path.read_text()) if config_path.is_file() else None
     return {
         "name": name,
+        "row": current_row(env),
         "flags": flags,
         "command": cmd[1:],
         "timesteps_budget": timesteps,
@@ -228,6 +247,7 @@ def _yes(value) -> str:
 def table(record: dict) -> str:
     rows = [
         [
+            row_slug(s["row"]),
             s["name"],
             " / ".join(_steps(x) for x in s["median_env_steps"]),
             " / ".join(_steps(x) for x in s["median_alive_steps"]),
@@ -244,9 +264,9 @@ def table(record: dict) -> str:
         "steps to TRPO's 25 / 50 % scores\n"
     )
     return head + driver.markdown_table(
-        "setting | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | within 25 / 50 % "
-        "| in alive steps | minutes",
-        "lrrrllr",
+        "table3 row | setting | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | "
+        "within 25 / 50 % | in alive steps | minutes",
+        "llrrrllr",
         rows,
     )
 
@@ -293,9 +313,11 @@ def run(args, argv: list[str]) -> None:
             continue
         path = args.results / f"{env}.json"
         record = load(path, env, args)
-        done = {s["name"] for s in record["settings"]}
+        # A setting is a name laid over a row: when the row changes (a winner moved into
+        # NAMED), the same names are a new round around it.
+        done = {(s["name"], row_slug(s["row"])) for s in record["settings"]}
         for name in args.names or settings:
-            if name in done:
+            if (name, row_slug(current_row(env))) in done:
                 print(f"{env} {name}: recorded, skipped", flush=True)
                 continue
             record["settings"].append(run_setting(env, name, settings[name], args, args.runs))

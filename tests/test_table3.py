@@ -235,6 +235,18 @@ def test_every_sweep_setting_is_a_valid_config_that_changes_one_thing(env):
         assert changed <= fields and bool(changed) == (name != "table3"), (name, changed)
     assert config["target_return"] == table3.PAPER[env]["thresholds"][1]
     assert config["timesteps"] == 1000 and args.seeds == [0, 1, 2]
+    # Every name can be asked for, all together, by --settings (a comma-separated list).
+    names = list(table3_sweep.grid(env))
+    swept = table3_sweep.parse_args(["--envs", env, "--settings", ",".join(names)])
+    assert swept.names == names
+
+
+def test_a_sweep_round_is_its_names_over_the_row_they_were_laid_over(monkeypatch):
+    row = {"population_size": 16}
+    monkeypatch.setitem(presets.NAMED["table3"], "hopper", row)
+    assert table3_sweep.current_row("hopper") == row
+    assert table3_sweep.row_slug(row) != table3_sweep.row_slug({})
+    assert table3_sweep.grid("hopper")["population/2"] == {"population": "8"}
 
 
 def test_sweep_summary_counts_a_missing_seed_as_infinite_and_judges_both_counts():
