@@ -67,7 +67,7 @@ Run:
   .venv/bin/python benchmarks/table3.py --envs hopper,swimmer --wall-minutes 30
   .venv/bin/python benchmarks/table3.py --write-docs          # also docs/benchmarks.md + plot
   .venv/bin/python benchmarks/table3.py --results /tmp/t3 --runs /tmp/t3-runs \
-      --brax-es-from benchmarks/results/table3   # re-sit jaxes; reuse Brax ES runs still valid
+      --brax-es-from benchmarks/results/table3-2026-12-01   # re-sit; reuse valid Brax ES runs
   .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
 `--quick`: inverted_pendulum, seeds 0-1, 20,000 env steps, no Brax ES, results in `--results`
 (a temporary folder if not given), never in benchmarks/results.
