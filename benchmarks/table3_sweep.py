@@ -37,6 +37,7 @@ Run:
   .venv/bin/python benchmarks/table3_sweep.py --envs hopper
   .venv/bin/python benchmarks/table3_sweep.py --envs walker2d --settings table3,sigma/2
   .venv/bin/python benchmarks/table3_sweep.py --list            # the grid, nothing run
+  .venv/bin/python benchmarks/table3_sweep.py --report          # the recorded tables
   .venv/bin/python benchmarks/table3_sweep.py --quick           # smoke run, about a minute
 `--quick`: inverted_pendulum, the "table3" and "population/2" settings, seeds 0-1, 20,000 env
 steps, results in a temporary folder.
@@ -248,7 +249,7 @@ def table(record: dict) -> str:
     rows = [
         [
             row_slug(s["row"]),
-            s["name"],
+            s["name"] + (" (note)" if s.get("note") else ""),
             " / ".join(_steps(x) for x in s["median_env_steps"]),
             " / ".join(_steps(x) for x in s["median_alive_steps"]),
             "-" if s["median_best_eval_return"] is None else f"{s['median_best_eval_return']:.1f}",
@@ -263,11 +264,20 @@ def table(record: dict) -> str:
         f"{record['env']}: {len(record['seeds'])} seeds, medians; the paper's ES: {paper} env "
         "steps to TRPO's 25 / 50 % scores\n"
     )
-    return head + driver.markdown_table(
-        "table3 row | setting | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | "
-        "within 25 / 50 % | in alive steps | minutes",
-        "llrrrllr",
-        rows,
+    notes = "".join(
+        f"\n(note) {s['name']} over {row_slug(s['row'])}: {s['note']}"
+        for s in record["settings"]
+        if s.get("note")
+    )
+    return (
+        head
+        + driver.markdown_table(
+            "table3 row | setting | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | "
+            "within 25 / 50 % | in alive steps | minutes",
+            "llrrrllr",
+            rows,
+        )
+        + notes
     )
 
 
@@ -281,6 +291,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--results", type=Path, default=None, help="folder of <env>.json")
     parser.add_argument("--runs", type=Path, default=None, help=f"default {DEFAULT_RUNS}")
     parser.add_argument("--list", action="store_true", help="print the grid and exit")
+    parser.add_argument(
+        "--report", action="store_true", help="print the recorded tables and exit (runs nothing)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.envs = args.envs or [QUICK["env"]]
@@ -312,6 +325,10 @@ def run(args, argv: list[str]) -> None:
                 print(f"{env} {name}: {' '.join(f'--{k} {v}' for k, v in flags.items())}")
             continue
         path = args.results / f"{env}.json"
+        if args.report:
+            if path.is_file():
+                print(table(json.loads(path.read_text())) + "\n")
+            continue
         record = load(path, env, args)
         # A setting is a name laid over a row: when the row changes (a winner moved into
         # NAMED), the same names are a new round around it.
@@ -323,7 +340,7 @@ def run(args, argv: list[str]) -> None:
             record["settings"].append(run_setting(env, name, settings[name], args, args.runs))
             write_json(path, record)  # after every setting: a long sweep keeps what it did
         print("\n" + table(record) + "\n", flush=True)
-    if not args.list:
+    if not (args.list or args.report):
         print(f"results in {args.results}; run directories in {args.runs}")
 
 

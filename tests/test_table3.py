@@ -268,3 +268,23 @@ def test_sweep_summary_counts_a_missing_seed_as_infinite_and_judges_both_counts(
     # Two of three seeds missed 50 %, and they stopped short of the paper's steps: unknown.
     assert out["median_env_steps"] == [200, None] and out["within_paper"] == [True, None]
     assert out["median_best_eval_return"] == 5.0
+
+
+def test_the_sweep_report_prints_each_round_and_its_notes_and_runs_nothing(tmp_path, capsys):
+    result = {"median_env_steps": [10, None], "median_alive_steps": [5, None]}
+    result |= {"within_paper": [True, False], "within_paper_alive": [True, None]}
+    result |= {"median_best_eval_return": 7.0, "sitting": {"wall_s": 60.0}}
+    settings = [
+        {"name": "table3", "row": {}, **result},
+        {"name": "sigma*2", "row": {"population_size": 16}, "note": "stopped by hand", **result},
+    ]
+    record = {"env": "hopper", "seeds": [0, 1, 2], "paper_es_timesteps": [1.0, 2.0]}
+    (tmp_path / "hopper.json").write_text(json.dumps(record | {"settings": settings}))
+    args = table3_sweep.parse_args(["--envs", "hopper,swimmer", "--report"])
+    args.results = tmp_path
+    table3_sweep.run(args, [])
+    out = capsys.readouterr().out
+    assert "| preset | table3 | 10 / - | 5 / - | 7.0 | yes / no | yes / ? | 1.0 |" in out
+    assert "| population_size=16 | sigma*2 (note) |" in out
+    assert "(note) sigma*2 over population_size=16: stopped by hand" in out
+    assert "swimmer" not in out and sorted(p.name for p in tmp_path.iterdir()) == ["hopper.json"]
