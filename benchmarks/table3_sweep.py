@@ -197,6 +197,13 @@ def run_setting(env: str, name: str, flags: dict, args, runs: Path) -> dict:
         cmd, run_dir.with_suffix(".log"), args.wall_minutes * 60, f"{env} {name}", run_dir, seeds
     )
     finish_machine_info(machine, [])
+    if sitting["interrupted"] or (sitting["returncode"] != 0 and not sitting["stopped_for_wall"]):
+        # A setting cut short by hand or by a failure measured nothing to compare: the sweep
+        # stops without recording it (its runs stay in run_dir, with the log).
+        raise SystemExit(
+            f"{env} {name}: jaxes train exited with {sitting['returncode']}; not recorded (log "
+            f"{run_dir.with_suffix('.log')})"
+        )
     paper = PAPER[env]
     thresholds = [paper["thresholds"][i] for i in SCORES]
     per_seed = [

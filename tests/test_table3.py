@@ -288,3 +288,26 @@ def test_the_sweep_report_prints_each_round_and_its_notes_and_runs_nothing(tmp_p
     assert "| population_size=16 | sigma*2 (note) |" in out
     assert "(note) sigma*2 over population_size=16: stopped by hand" in out
     assert "swimmer" not in out and sorted(p.name for p in tmp_path.iterdir()) == ["hopper.json"]
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stopped_for_wall", "interrupted", "recorded"),
+    [(0, False, False, True), (130, True, False, True), (130, False, False, False),
+     (None, False, True, False), (1, False, False, False)],
+)  # fmt: skip
+def test_a_sweep_setting_cut_short_by_hand_or_a_failure_is_not_recorded(
+    tmp_path, monkeypatch, returncode, stopped_for_wall, interrupted, recorded
+):
+    sitting = {"returncode": returncode, "stopped_for_wall": stopped_for_wall}
+    sitting |= {"interrupted": interrupted, "wall_s": 1.0}
+    monkeypatch.setattr(table3_sweep, "run_sitting", lambda *a: dict(sitting))
+    args = table3_sweep.parse_args(["--envs", "hopper", "--settings", "table3"])
+    args.results, args.runs = tmp_path, tmp_path / "runs"
+    if recorded:
+        table3_sweep.run(args, [table3_sweep.__file__])
+        saved = json.loads((tmp_path / "hopper.json").read_text())
+        assert [s["name"] for s in saved["settings"]] == ["table3"]
+    else:
+        with pytest.raises(SystemExit, match="hopper table3: jaxes train exited with"):
+            table3_sweep.run(args, [table3_sweep.__file__])
+        assert not (tmp_path / "hopper.json").exists()
