@@ -311,3 +311,35 @@ def test_a_sweep_setting_cut_short_by_hand_or_a_failure_is_not_recorded(
         with pytest.raises(SystemExit, match="hopper table3: jaxes train exited with"):
             table3_sweep.run(args, [table3_sweep.__file__])
         assert not (tmp_path / "hopper.json").exists()
+
+
+def test_a_rerun_skips_a_setting_recorded_over_the_current_row_and_reruns_it_over_a_new_one(
+    tmp_path, monkeypatch, capsys
+):
+    """Moving a winner into NAMED starts a new round: the same names run again over the new
+    row, while a rerun over an unchanged row skips what is recorded."""
+    ran = []
+
+    def fake_setting(env, name, flags, args, runs):
+        ran.append((name, table3_sweep.row_slug(table3_sweep.current_row(env))))
+        out = {"name": name, "row": table3_sweep.current_row(env), "sitting": {"wall_s": 1.0}}
+        out |= {"median_env_steps": [1, 2], "median_alive_steps": [1, 2]}
+        out |= {"within_paper": [True, True], "within_paper_alive": [True, True]}
+        return out | {"median_best_eval_return": 1.0}
+
+    monkeypatch.setattr(table3_sweep, "run_setting", fake_setting)
+    args = table3_sweep.parse_args(["--envs", "hopper", "--settings", "table3,sigma*2"])
+    args.results, args.runs = tmp_path, tmp_path / "runs"
+    monkeypatch.setitem(presets.NAMED["table3"], "hopper", {})
+    table3_sweep.run(args, [])
+    table3_sweep.run(args, [])  # the same row: both recorded, nothing runs
+    monkeypatch.setitem(presets.NAMED["table3"], "hopper", {"population_size": 16})
+    table3_sweep.run(args, [])
+    new = table3_sweep.row_slug({"population_size": 16})
+    assert ran == [("table3", "preset"), ("sigma*2", "preset"), ("table3", new), ("sigma*2", new)]
+    assert capsys.readouterr().out.count("recorded, skipped") == 2
+    saved = json.loads((tmp_path / "hopper.json").read_text())
+    assert [(s["name"], s["row"]) for s in saved["settings"]] == [
+        ("table3", {}), ("sigma*2", {}), ("table3", {"population_size": 16}),
+        ("sigma*2", {"population_size": 16}),
+    ]  # fmt: skip
