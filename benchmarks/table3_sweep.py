@@ -38,6 +38,10 @@ Run:
   .venv/bin/python benchmarks/table3_sweep.py --envs walker2d --settings table3,sigma/2
   .venv/bin/python benchmarks/table3_sweep.py --list            # the grid, nothing run
   .venv/bin/python benchmarks/table3_sweep.py --report          # the recorded tables
+  .venv/bin/python benchmarks/table3_sweep.py --report \
+      --pool benchmarks/results/table3_sweep/seeds-3-5   # and held-out seeds pooled in
+`--pool DIR` (with `--report`): also the settings recorded both in `--results` and in DIR (the
+same config on other seeds, e.g. a held-out check), judged on the medians over all their seeds.
   .venv/bin/python benchmarks/table3_sweep.py --quick           # smoke run, about a minute
 `--quick`: inverted_pendulum, the "table3" and "population/2" settings, seeds 0-1, 20,000 env
 steps, results in a temporary folder.
@@ -88,9 +92,9 @@ def grid(env: str) -> dict[str, dict[str, str]]:
     its `table3` setting, one setting changed at a time.
 
     Example:
-      >>> g = grid("hopper")
+      >>> g = grid("halfcheetah")
       >>> list(g)[:3], g["population*2"], g["sigma/2"]
-      (['table3', 'population/2', 'population*2'], {'population': '64'}, {'sigma': '0.01'})
+      (['table3', 'population/2', 'population*2'], {'population': '64'}, {'sigma': '0.015'})
     """
     base = presets.preset(env, name=PRESET)
     population = base["population_size"]
@@ -288,6 +292,61 @@ def table(record: dict) -> str:
     )
 
 
+def pooled(records: list[dict]) -> list[dict]:
+    """The settings recorded with the same config in several `records` (other seeds), each
+    judged on the medians over all their seeds; names "SETTING over ROW", joined by " = "
+    where the records name the config differently.
+
+    Example:
+      >>> seed = {"threshold_env_steps": [5, None], "threshold_alive_steps": [5, None],
+      ...         "best_eval_return": 1.0, "env_steps_used": 20, "alive_steps_used": 20}
+      >>> setting = {"config": {"population_size": 8}, "seeds": [seed | {"seed": 0}]}
+      >>> a = {"paper_es_timesteps": [10, 10], "settings": [setting | {"name": "x", "row": {}}]}
+      >>> b = a | {"settings": [setting | {"name": "table3", "row": {"population_size": 8},
+      ...                                  "seeds": [seed | {"seed": 1}]}]}
+      >>> [(p["name"], p["seeds"], p["within_paper"]) for p in pooled([a, b])]
+      [('x over preset = table3 over population_size=8', [0, 1], [True, False])]
+    """
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        for s in record["settings"]:
+            if s.get("config") is not None:
+                groups.setdefault(json.dumps(s["config"], sort_keys=True), []).append(s)
+    out = []
+    for settings in groups.values():
+        seeds = [seed for s in settings for seed in s["seeds"]]
+        if len(settings) < 2 or len({x["seed"] for x in seeds}) < len(seeds):
+            continue  # recorded once, or the same seeds twice: nothing to pool
+        names = dict.fromkeys(f"{s['name']} over {row_slug(s['row'])}" for s in settings)
+        out.append(
+            {"name": " = ".join(names), "seeds": sorted(x["seed"] for x in seeds)}
+            | summary(seeds, records[0]["paper_es_timesteps"])
+        )
+    return out
+
+
+def pooled_table(env: str, rows: list[dict]) -> str:
+    cells = [
+        [
+            p["name"],
+            ",".join(map(str, p["seeds"])),
+            " / ".join(_steps(x) for x in p["median_env_steps"]),
+            " / ".join(_steps(x) for x in p["median_alive_steps"]),
+            "-" if p["median_best_eval_return"] is None else f"{p['median_best_eval_return']:.1f}",
+            " / ".join(_yes(x) for x in p["within_paper"]),
+            " / ".join(_yes(x) for x in p["within_paper_alive"]),
+        ]
+        for p in rows
+    ]
+    head = f"{env}, pooled over the records' seeds:\n"
+    return head + driver.markdown_table(
+        "setting | seeds | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | "
+        "within 25 / 50 % | in alive steps",
+        "llrrrll",
+        cells,
+    )
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = driver.parser(__doc__, "smoke run (see the docstring)", out=False, child=False)
     parser.add_argument("--envs", type=env_list, default=None, help="a,b or all (default all)")
@@ -301,7 +360,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--report", action="store_true", help="print the recorded tables and exit (runs nothing)"
     )
+    parser.add_argument(
+        "--pool", type=Path, default=None, help="with --report: also pool with DIR's records"
+    )
     args = parser.parse_args(argv)
+    if args.pool is not None and not args.report:
+        parser.error("--pool: only with --report")
     if args.quick:
         args.envs = args.envs or [QUICK["env"]]
         args.settings = args.settings or QUICK["settings"]
@@ -335,6 +399,11 @@ def run(args, argv: list[str]) -> None:
         if args.report:
             if path.is_file():
                 print(table(json.loads(path.read_text())) + "\n")
+            other = None if args.pool is None else args.pool / f"{env}.json"
+            if path.is_file() and other is not None and other.is_file():
+                rows = pooled([json.loads(f.read_text()) for f in (path, other)])
+                if rows:
+                    print(pooled_table(env, rows) + "\n")
             continue
         record = load(path, env, args)
         # A setting is a name laid over a row: when the row changes (a winner moved into

@@ -343,3 +343,34 @@ def test_a_rerun_skips_a_setting_recorded_over_the_current_row_and_reruns_it_ove
         ("table3", {}), ("sigma*2", {}), ("table3", {"population_size": 16}),
         ("sigma*2", {"population_size": 16}),
     ]  # fmt: skip
+
+
+def test_the_sweep_report_pools_a_config_recorded_on_other_seeds(tmp_path, capsys):
+    """`--report --pool DIR`: a config recorded in both folders is judged on all its seeds
+    (here one of six reaches 50 %: not reached, though the first three alone would pass)."""
+
+    def seed(n, crossings):
+        out = {"seed": n, "threshold_env_steps": crossings, "threshold_alive_steps": crossings}
+        return out | {"best_eval_return": 1.0, "env_steps_used": 100, "alive_steps_used": 100}
+
+    def record(name, row, seeds):
+        setting = {"name": name, "row": row, "config": {"population_size": 16}, "seeds": seeds}
+        setting |= table3_sweep.summary(seeds, [50, 50]) | {"sitting": {"wall_s": 6.0}}
+        return {"env": "hopper", "seeds": [s["seed"] for s in seeds],
+                "paper_es_timesteps": [50, 50], "settings": [setting]}  # fmt: skip
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    first = [seed(0, [10, 20]), seed(1, [10, 20]), seed(2, [10, None])]
+    held_out = [seed(n, [10, None]) for n in (3, 4, 5)]
+    (tmp_path / "a" / "hopper.json").write_text(json.dumps(record("population/2", {}, first)))
+    again = record("table3", {"population_size": 16}, held_out)
+    (tmp_path / "b" / "hopper.json").write_text(json.dumps(again))
+    args = table3_sweep.parse_args(["--envs", "hopper", "--report", "--pool", str(tmp_path / "b")])
+    args.results = tmp_path / "a"
+    table3_sweep.run(args, [])
+    out = capsys.readouterr().out
+    assert "| preset | population/2 | 10 / 20 |" in out  # the first record alone: within
+    name = "population/2 over preset = table3 over population_size=16"
+    assert f"| {name} | 0,1,2,3,4,5 | 10 / - | 10 / - | 1.0 | yes / no | yes / no |" in out
+    with pytest.raises(SystemExit):
+        table3_sweep.parse_args(["--pool", str(tmp_path)])  # only with --report
