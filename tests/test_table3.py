@@ -1,6 +1,7 @@
 """benchmarks/table3.py: its helpers (crossings, medians, bounds) and one real quick sweep;
 benchmarks/table3_sweep.py: its grid and its summaries."""
 
+import doctest
 import json
 import subprocess
 import sys
@@ -374,3 +375,11 @@ def test_the_sweep_report_pools_a_config_recorded_on_other_seeds(tmp_path, capsy
     assert f"| {name} | 0,1,2,3,4,5 | 10 / - | 10 / - | 1.0 | yes / no | yes / no |" in out
     with pytest.raises(SystemExit):
         table3_sweep.parse_args(["--pool", str(tmp_path)])  # only with --report
+
+
+@pytest.mark.parametrize("module", [table3, table3_sweep], ids=lambda m: m.__name__)
+def test_the_benchmark_scripts_examples_hold(module):
+    """`make test` collects doctests under src/ only; these scripts' examples run here (one of
+    them had gone stale when hopper's table3 row moved)."""
+    results = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert results.attempted > 0 and results.failed == 0
