@@ -29,9 +29,9 @@ settings already recorded over the current row, so moving a winner into
 `--runs` (default ~/.cache/jaxes/table3-sweep-runs, `<env>/<row>/<setting>`), outside the
 repository, with a log per setting.
 
-Cost on the project's 2-core CPU (about 70k env steps/s for a linear hopper policy): a
-setting runs at most 3 × N env steps: hopper about 3 minutes, walker2d about 10, the others
-one or two.
+Cost on the project's 2-core CPU, as the recorded settings took (a setting runs at most 3 × N
+env steps): inverted_pendulum about 1 minute, inverted_double_pendulum 1-3, hopper 5-7, swimmer
+9-13 (the generalized backend), walker2d 15 (give it `--wall-minutes 18`).
 
 Run:
   .venv/bin/python benchmarks/table3_sweep.py --envs hopper
