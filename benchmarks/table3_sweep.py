@@ -40,9 +40,9 @@ Run:
   .venv/bin/python benchmarks/table3_sweep.py --report          # the recorded tables
   .venv/bin/python benchmarks/table3_sweep.py --report \
       --pool benchmarks/results/table3_sweep/seeds-3-5   # and held-out seeds pooled in
+  .venv/bin/python benchmarks/table3_sweep.py --quick           # smoke run, about a minute
 `--pool DIR` (with `--report`): also the settings recorded both in `--results` and in DIR (the
 same config on other seeds, e.g. a held-out check), judged on the medians over all their seeds.
-  .venv/bin/python benchmarks/table3_sweep.py --quick           # smoke run, about a minute
 `--quick`: inverted_pendulum, the "table3" and "population/2" settings, seeds 0-1, 20,000 env
 steps, results in a temporary folder.
 """
@@ -256,18 +256,23 @@ def _yes(value) -> str:
     return {True: "yes", False: "no", None: "?"}[value]
 
 
+def _judged(s: dict) -> list[str]:
+    """A summary's cells: medians in both counts, best evaluation, and the verdicts."""
+    best = s["median_best_eval_return"]
+    return [
+        " / ".join(_steps(x) for x in s["median_env_steps"]),
+        " / ".join(_steps(x) for x in s["median_alive_steps"]),
+        "-" if best is None else f"{best:.1f}",
+        " / ".join(_yes(x) for x in s["within_paper"]),
+        " / ".join(_yes(x) for x in s["within_paper_alive"]),
+    ]
+
+
 def table(record: dict) -> str:
     rows = [
-        [
-            row_slug(s["row"]),
-            s["name"] + (" (note)" if s.get("note") else ""),
-            " / ".join(_steps(x) for x in s["median_env_steps"]),
-            " / ".join(_steps(x) for x in s["median_alive_steps"]),
-            "-" if s["median_best_eval_return"] is None else f"{s['median_best_eval_return']:.1f}",
-            " / ".join(_yes(x) for x in s["within_paper"]),
-            " / ".join(_yes(x) for x in s["within_paper_alive"]),
-            f"{s['sitting']['wall_s'] / 60:.1f}",
-        ]
+        [row_slug(s["row"]), s["name"] + (" (note)" if s.get("note") else "")]
+        + _judged(s)
+        + [f"{s['sitting']['wall_s'] / 60:.1f}"]
         for s in record["settings"]
     ]
     paper = " / ".join(sci(x) for x in record["paper_es_timesteps"])
@@ -326,18 +331,7 @@ def pooled(records: list[dict]) -> list[dict]:
 
 
 def pooled_table(env: str, rows: list[dict]) -> str:
-    cells = [
-        [
-            p["name"],
-            ",".join(map(str, p["seeds"])),
-            " / ".join(_steps(x) for x in p["median_env_steps"]),
-            " / ".join(_steps(x) for x in p["median_alive_steps"]),
-            "-" if p["median_best_eval_return"] is None else f"{p['median_best_eval_return']:.1f}",
-            " / ".join(_yes(x) for x in p["within_paper"]),
-            " / ".join(_yes(x) for x in p["within_paper_alive"]),
-        ]
-        for p in rows
-    ]
+    cells = [[p["name"], ",".join(map(str, p["seeds"]))] + _judged(p) for p in rows]
     head = f"{env}, pooled over the records' seeds:\n"
     return head + driver.markdown_table(
         "setting | seeds | env steps 25 / 50 % | alive steps 25 / 50 % | best eval | "
