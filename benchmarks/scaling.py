@@ -315,11 +315,16 @@ def steady_state(metrics_path: Path, steady_from: int) -> dict:
     }
 
 
-def measure(task: dict, way: str, n: int, steady_from: int, timeout: float) -> dict:
+def measure(
+    task: dict, way: str, n: int, steady_from: int, timeout: float, env_extra: dict | None = None
+) -> dict:
+    """One run, fresh processes and an empty compile cache; `env_extra` is laid over their
+    environment (which keeps none of this process's XLA_FLAGS, JAX_PLATFORMS or PJRT_NPROC)."""
     base = tempfile.mkdtemp(prefix="jaxes-scaling-")
     try:
         out = os.path.join(base, "run")
-        env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+        drop = ("XLA_FLAGS", "JAX_PLATFORMS", "PJRT_NPROC")
+        env = {k: v for k, v in os.environ.items() if k not in drop} | (env_extra or {})
         env["JAXES_CACHE_DIR"] = os.path.join(base, "xla-cache")  # cold cache, each run its own
         env["JAX_PLATFORMS"] = "cpu"
         argvs = process_argvs(task, way, n, out)

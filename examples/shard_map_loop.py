@@ -21,20 +21,18 @@ import argparse
 import os
 import time
 
-# A split needs several devices; XLA can fake them on a CPU, but only if told before jax is
-# imported. GPU and TPU backends ignore this flag.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    ).strip()
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 import jaxes
+from jaxes import parallel
 from jaxes.parallel import gather_members
+
+# The split needs several devices. On a CPU, XLA fakes them if told before JAX starts:
+# use_cpu_cores(4) asks for 4 unless XLA_FLAGS already sets a count. GPUs and TPUs ignore it.
+parallel.use_cpu_cores(4)
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):

@@ -15,20 +15,26 @@ from helpers import NUMBER
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(name: str, *args: str, timeout: int = 300) -> str:
-    """Runs ``examples/NAME --quick ARGS`` from the repository root; returns its stdout."""
+def run_example(name: str, *args: str, timeout: int = 300, quick: bool = True) -> str:
+    """Runs ``examples/NAME --quick ARGS`` (without ``--quick`` if not ``quick``) from the
+    repository root; returns its stdout."""
     env = dict(os.environ)
     # conftest.py has already put 4 CPU devices into XLA_FLAGS, which the child inherits.
     # The same compile cache as the test process, so reruns skip most compilation.
     env.setdefault("JAXES_CACHE_DIR", os.path.expanduser("~/.cache/jaxes/xla"))
-    proc = subprocess.run(
-        [sys.executable, f"examples/{name}", "--quick", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, f"examples/{name}", *(["--quick"] if quick else []), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as stuck:  # say where it waited (XLA logs a stuck collective)
+        err = stuck.stderr or b""  # bytes on POSIX even with text=True
+        tail = (err.decode(errors="replace") if isinstance(err, bytes) else err)[-3000:]
+        pytest.fail(f"{name} did not finish in {timeout} s; its stderr ends:\n{tail}")
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -47,7 +53,12 @@ def test_quickstart_shrinks_the_sphere():
 
 
 def test_pmap_loop_splits_over_devices_and_keeps_replicas_identical():
-    out = run_example("pmap_loop.py", timeout=120)
+    # The whole run, not --quick: its 300 steps queued ahead of 4 CPU devices deadlocked XLA's
+    # CPU client every time on 2 cores until the loop waited on its metrics (issue 45).
+    out = run_example("pmap_loop.py", timeout=120, quick=False)
+    assert [int(g) for g in re.findall(r"^generation (\d+): mean fitness", out, re.M)] == list(
+        range(25, 301, 25)
+    ), out
     m = search(
         rf"(\d+) devices, P=(\d+): fitness {NUMBER} -> {NUMBER}; replicas identical: True", out
     )

@@ -19,6 +19,17 @@ barely help the small, many-step programs ES runs; one CPU device per core, with
 population split over them, is about twice as fast on two cores (docs/benchmarks.md).
 ``use_cpu_cores`` asks for that before JAX starts; ``jaxes train`` calls it, and a Python user
 calls it first thing.
+
+A loop of one's own over CPU devices must wait for a step now and then (read a metric, or
+``jax.block_until_ready``), as ``examples/pmap_loop.py`` does every 25 steps. XLA's CPU client
+launches each device's share of a multi-device program on one thread pool (the larger of the
+cores and the devices), and runs the shares there too; a launch holds its thread while its
+device has 32 programs queued, so a loop that dispatches 32 steps ahead of its devices leaves
+the next collective fewer threads than devices, and it deadlocks (XLA aborts it at the
+collective timeout). ``PJRT_NPROC`` set to twice the devices avoids it too, but it also sizes
+XLA's intra-op pool, and the extra threads slow every generation (docs/distributed.md), so
+jaxes leaves XLA's pool alone: ``jaxes train`` and ``jaxes.training.run`` wait on every fused
+block's metrics and never queue that far.
 """
 
 from __future__ import annotations
