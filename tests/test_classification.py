@@ -1,7 +1,5 @@
 """The digits classification task: the splits, the fitness, the error without scikit-learn."""
 
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,10 +31,3 @@ def test_fitness_is_minus_the_cross_entropy_and_ranks_a_better_model_higher():
     assert float(classification.fitness(model, params, x, y)) == pytest.approx(-np.log(10))
     assert classification.fitness(model, right, x, y) > classification.fitness(model, params, x, y)
     assert float(classification.accuracy(model, right, x, y)) == 1.0
-
-
-def test_without_scikit_learn_the_error_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "sklearn", None)
-    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
-    with pytest.raises(ImportError, match=r'pip install "jaxes\[digits\]"'):
-        classification.digits()

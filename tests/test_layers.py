@@ -38,7 +38,10 @@ LAYERS = [
         ["jaxes.noise", "jaxes.shaping", "jaxes.optim", "jaxes.evaluation", "jaxes.collectives"],
     ),
     ("algebra", ["jaxes.centroid"]),
-    ("foundation", [("jaxes.types", "jaxes.trees", "jaxes.checks")]),
+    (
+        "foundation",
+        [("jaxes.types", "jaxes.trees", "jaxes.checks", "jaxes.compat", "jaxes.extras")],
+    ),
 ]
 
 

@@ -11,6 +11,40 @@ Example:
 """
 
 import importlib.metadata
+import os
+import sys
+
+
+def _invoked_as_command() -> bool:
+    """Whether this process is the ``jaxes`` command (the console script or ``python -m``)."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    by_module = "-m" in argv and argv[argv.index("-m") + 1 :][:1] == ["jaxes"]
+    return os.path.basename(sys.argv[0]) == "jaxes" or by_module
+
+
+# The `jaxes` command's output is its own lines (and one line for an error), but importing this
+# package runs before any of its code, so what it needs first is done here. jaxlib reads its
+# C++ log level once, when it loads, and before 0.10 it logs an error line for every program
+# it loads from the compile cache: the command keeps XLA's log to fatal errors (JAXES_DEBUG=1
+# shows it, with tracebacks). The level is set, not defaulted: `import jax` puts its own
+# default into the environment, which a parent process that imported JAX passes on.
+if _invoked_as_command() and not os.environ.get("JAXES_DEBUG"):
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+
+from jaxes import compat
+
+
+def _refuse_unsupported_jax() -> None:
+    try:
+        compat.require_supported_jax()
+    except compat.UnsupportedJax as unsupported:
+        if _invoked_as_command():  # one line and no traceback, as every error of the command
+            sys.stderr.write(f"jaxes: error: {unsupported}\n")
+            raise SystemExit(2) from None
+        raise
+
+
+_refuse_unsupported_jax()
 
 from jaxes import (  # noqa: F401 - modules as attributes: jaxes.noise, jaxes.testing, ...
     centroid,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import jax
 
+from jaxes import compat
+
 
 def _manual_axes() -> tuple:
     return tuple(jax.sharding.get_abstract_mesh().manual_axes)
@@ -52,8 +54,10 @@ def gather_members(values, axis_name):
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     manual = _manual_axes()
     # Only shard_map's axes are typed; vmap's axis_name would make the invariant gather fail.
-    to = "invarying" if all(name in manual for name in names) else "varying"
-    return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, tiled=True, to=to), values)
+    invariant = all(name in manual for name in names)
+    return jax.tree.map(
+        lambda x: compat.all_gather(x, axis_name, tiled=True, invariant=invariant), values
+    )
 
 
 def varying(tree):
@@ -71,7 +75,7 @@ def varying(tree):
         return tree
 
     def cast(x):
-        missing = tuple(a for a in axes if a not in jax.typeof(x).mat.varying)
+        missing = tuple(a for a in axes if a not in compat.varying_axes(x))
         return jax.lax.pcast(x, missing, to="varying") if missing else x
 
     return jax.tree.map(cast, tree)

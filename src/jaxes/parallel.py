@@ -46,6 +46,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxes import compat
 from jaxes.collectives import gather_members as gather_members  # public here too
 from jaxes.step import generation_step
 from jaxes.types import Strategy, Task
@@ -144,7 +145,7 @@ def use_cpu_cores(count: int | None = None) -> CpuDevices:
     """
     if count is not None and (not isinstance(count, numbers.Integral) or count < 1):
         raise ValueError(f"count: expected an int >= 1 (CPU devices), got {count!r}")
-    if jax._src.xla_bridge.backends_are_initialized():
+    if compat.backends_started():
         started = CpuDevices(_cpu_device_count(), "JAX had started")
         _CHOSEN[:] = [started]
         return started

@@ -15,12 +15,15 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
+from jaxes.extras import require
+
+require("matplotlib", "plot", "figures")
+from matplotlib.axes import Axes  # noqa: E402 - after the extra's one-line check
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 
 def read_metrics(path: str) -> list[dict]:

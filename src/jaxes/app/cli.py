@@ -20,7 +20,7 @@ from jaxes.app import interrupts
 from jaxes.app.commands import envs_command, eval_command, render_command
 from jaxes.app.config import TrainConfig, read_config  # noqa: F401 - `jaxes.cli` had them
 from jaxes.app.errors import fail
-from jaxes.app.parser import DEFAULTS, TRAIN_FLAGS, parser  # noqa: F401 - `jaxes.cli` had them
+from jaxes.app.parser import TRAIN_FLAGS, parser  # noqa: F401 - `jaxes.cli` had them
 from jaxes.app.train_command import RUN_DIR, train_command
 from jaxes.training import rundir
 
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     import jax
 
+    from jaxes.extras import MissingExtra
     from jaxes.training.checkpoint import CheckpointError
 
     # Compiled programs persist between runs, so a second `jaxes train` skips most compiles.
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, CheckpointError, OSError, ConnectionError) as err:
+    except (ValueError, CheckpointError, OSError, ConnectionError, MissingExtra) as err:
         if isinstance(err, BrokenPipeError):
             raise
         return fail(_error_line(err))

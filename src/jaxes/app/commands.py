@@ -3,7 +3,9 @@ checkpointed centre policy, evaluated or replayed) or list what ``jaxes train`` 
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 
 
 def _loaded(args):
@@ -73,16 +75,19 @@ def render_command(args) -> int:
 
 
 def envs_command(args) -> int:
-    """``jaxes envs``: the Brax environment names, then the gymnax ones (where gymnax is
-    installed), one per line."""
-    from jaxes.tasks.brax import env_names
+    """``jaxes envs``: the Brax environment names, then the gymnax ones, one per line; a family
+    whose extra is not installed is one line on stderr naming it (an error if both are)."""
+    from jaxes.extras import MissingExtra
 
-    names = env_names()
-    try:
-        from jaxes.tasks.gymnax import env_names as gymnax_names
-    except ImportError:  # the gymnax extra is not installed
-        pass
-    else:
-        names = names + gymnax_names()
+    names, missing = [], []
+    for module in ("jaxes.tasks.brax", "jaxes.tasks.gymnax"):
+        try:
+            names += importlib.import_module(module).env_names()
+        except MissingExtra as err:
+            missing.append(str(err))
+    if not names:
+        raise MissingExtra("; ".join(missing))
     print("\n".join(names))
+    for line in missing:
+        print(f"jaxes: {line}", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ errors print one line (``jaxes: error: ...``) and exit with status 2, as every C
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from jaxes.app import config as config_lib
 from jaxes.app import presets
@@ -15,7 +16,9 @@ from jaxes.app.config import TrainConfig
 from jaxes.app.errors import fail
 from jaxes.training import checkpoint
 
-DEFAULTS = TrainConfig()
+# TrainConfig's own defaults, read without building one (that would load the default env,
+# which needs the brax extra, before any command ran).
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +35,7 @@ def _default_text(field: str) -> str:
             for name in config_lib.STRATEGIES
             if config_lib.takes(name, field)
         )
-    value = getattr(DEFAULTS, field)
+    value = FIELD_DEFAULTS[field]
     return "none" if value is None else str(value)
 
 

@@ -219,7 +219,8 @@ def check_named(name: str, env: str) -> None:
 
 def is_gymnax(env) -> bool:
     """Whether ``env`` names a gymnax environment (every gymnax name has a '-', no Brax name
-    does; ``False`` where gymnax is not installed).
+    does, so a name with a '-' is gymnax's or none: without the gymnax extra it raises
+    ``MissingExtra``).
 
     Example:
       >>> is_gymnax("Breakout-MinAtar"), is_gymnax("hopper")
@@ -227,10 +228,8 @@ def is_gymnax(env) -> bool:
     """
     if not isinstance(env, str) or "-" not in env:
         return False
-    try:
-        from jaxes.tasks.gymnax.envs import env_names
-    except ImportError:
-        return False
+    from jaxes.tasks.gymnax.envs import env_names
+
     return env in env_names()
 
 

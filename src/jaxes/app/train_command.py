@@ -73,11 +73,15 @@ def _devices(given: dict, saved: str | None) -> int | None:
     return devices if valid else None
 
 
+# The runner draws the curves only where matplotlib is installed.
+NO_PLOT = "; no learning curve without the 'plot' extra: pip install 'jaxes[plot]'"
+
+
 def _print_result(summary: dict, seeds: list[int] | None, out: str) -> None:
     if seeds is None:
         print(f"done: {_result_text(summary)} ({summary['seconds']} s).")
         files = "config.json, metrics.jsonl, checkpoints/"
-        plot = ", learning_curve.png" if summary.get("plot") else ""
+        plot = ", learning_curve.png" if summary.get("plot") else NO_PLOT
     else:
         final = summary["final_eval_return"]
         median = "n/a" if final["median"] is None else f"{final['median']:.1f}"
@@ -91,7 +95,7 @@ def _print_result(summary: dict, seeds: list[int] | None, out: str) -> None:
         for run in summary["runs"]:
             print(f"  seed {run['seed']}: {_result_text(run)}")
         files = "seeds.json, summary.json, seed-*/"
-        plot = ", learning_curves.png" if summary.get("plot") else ""
+        plot = ", learning_curves.png" if summary.get("plot") else NO_PLOT
     print(f"files: {os.path.abspath(out)}/ ({files}{plot})")
 
 

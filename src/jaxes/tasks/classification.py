@@ -15,19 +15,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from jaxes.extras import require
+
 CLASSES = 10
 
 
 def _sklearn():
-    """scikit-learn's dataset and split functions, or an error that names the extra."""
-    try:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-    except ImportError as error:
-        raise ImportError(
-            'the digits data need scikit-learn: pip install "jaxes[digits]"'
-        ) from error
-    return load_digits, train_test_split
+    """scikit-learn's dataset and split functions, or a ``MissingExtra`` naming the extra."""
+    datasets = require("sklearn.datasets", "digits", "the digits data")
+    selection = require("sklearn.model_selection", "digits", "the digits data")
+    return datasets.load_digits, selection.train_test_split
 
 
 def digits(seed: int = 0) -> dict[str, jax.Array]:

@@ -21,6 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxes import compat
+from jaxes.extras import require
+
+BRAX = "Brax environments"  # what the 'brax' extra is for, in its missing-extra line
 BACKENDS = ("generalized", "positional", "spring", "mjx")
 
 # Environments that do not run on every backend (Brax raises "Unsupported backend" for the
@@ -35,7 +39,8 @@ def _quiet():
     ``MUJOCO_LOG.TXT`` in the working directory."""
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        import mujoco
+        require("brax", "brax", BRAX)  # named first: without the extra, both are missing
+        mujoco = require("mujoco", "brax", BRAX)
 
         previous = mujoco.get_mju_user_warning()
         mujoco.set_mju_user_warning(lambda message: None)
@@ -54,7 +59,7 @@ def env_names() -> list[str]:
       (['ant', 'fast', 'halfcheetah'], True)
     """
     with _quiet():
-        from brax import envs
+        envs = require("brax.envs", "brax", BRAX)
 
         return sorted(envs._envs)
 
@@ -103,28 +108,22 @@ def load_env(env_name: str, backend: str = "spring"):
     """
     check_env(env_name, backend)
     with _quiet():
-        from brax import envs
+        envs = require("brax.envs", "brax", BRAX)
 
         _fluid_clip_accepts_a_min()
         with _models_on_local_device():
             return envs.get_environment(env_name, backend=backend)
 
 
-def _clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - jnp.clip's names
-    lower = min if a_min is None else a_min
-    upper = max if a_max is None else a_max
-    return jnp.clip(x, lower, upper)
-
-
 def _fluid_clip_accepts_a_min() -> None:
-    """Brax 0.14's ``fluid.force`` calls ``jp.clip(..., a_min=...)``; jax 0.10's ``clip``
-    only takes ``min``/``max``. Its module's ``jp`` becomes ``jax.numpy`` with that ``clip``."""
-    from brax import fluid
+    """Brax 0.14's ``fluid.force`` calls ``jp.clip(..., a_min=...)``, which jax 0.10's ``clip``
+    refuses: its module's ``jp`` becomes ``jax.numpy`` with ``compat.clip``, which takes both."""
+    fluid = require("brax.fluid", "brax", BRAX)
 
-    if getattr(fluid.jp, "clip", None) is _clip:
+    if getattr(fluid.jp, "clip", None) is compat.clip:
         return
     namespace = types.SimpleNamespace(**{k: getattr(jnp, k) for k in dir(jnp) if k[0] != "_"})
-    namespace.clip = _clip
+    namespace.clip = compat.clip
     fluid.jp = namespace
 
 

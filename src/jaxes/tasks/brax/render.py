@@ -8,6 +8,8 @@ import warnings
 
 import jax
 
+from jaxes.extras import require
+
 
 def rollout_states(task, params, task_state, episode_length: int, key: jax.Array):
     """Pipeline states of one noise-free episode of the policy ``params`` (until done or
@@ -67,7 +69,7 @@ def replay_html(
     states, total = rollout_states(task, params, task_state, episode_length, jax.random.key(seed))
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        from brax.io import html
+        html = require("brax.io.html", "brax", "Brax replays")
 
         page = html.render(task.env.sys.tree_replace({"opt.timestep": task.env.dt}), states)
     from jaxes.tasks.brax.offline_page import self_contained

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import spaces
+
+from jaxes.extras import require
+
+gymnax = require("gymnax", "gymnax", "gymnax environments")
+spaces = require("gymnax.environments.spaces", "gymnax", "gymnax environments")
 
 
 class Actions(NamedTuple):
