@@ -2,21 +2,24 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# pyproject.toml declares ranges; the exact versions `make demo` and `make test` install are
+# these, so every machine tests the same set (`make lock` refreshes them).
+LOCK := requirements/locked.txt
 # Compiled XLA programs are cached outside the repository so repeated runs skip compiles.
 export JAXES_CACHE_DIR ?= $(HOME)/.cache/jaxes/xla
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-compat lint format bench lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[plot]'
+$(VENV)/.demo-installed: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,plot]'
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[plot,dev,digits]'
+$(VENV)/.test-installed: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,gymnax,plot,digits,dev]'
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
@@ -31,6 +34,34 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# jaxes as users install it: the built wheel in two fresh venvs, each running
+# tests/test_install.py. floor: every core, gymnax, plot and digits dependency at its declared
+# floor (requirements/floor.txt) is installed first, as a researcher's own JAX would be, then
+# the wheel with no constraint, which must leave every one of them in place. bare: the wheel
+# with its gymnax extra only, no Brax.
+COMPAT := build/compat
+test-compat: $(VENV)/.test-installed
+	rm -rf $(COMPAT) && mkdir -p $(COMPAT)
+	$(BIN)/pip wheel --quiet --no-deps -w $(COMPAT) .
+	$(PYTHON) -m venv $(COMPAT)/floor
+	$(COMPAT)/floor/bin/pip install --quiet -r requirements/floor.txt
+	$(COMPAT)/floor/bin/pip freeze > $(COMPAT)/floor-before.txt
+	$(COMPAT)/floor/bin/pip install --quiet "$$(ls $(COMPAT)/jaxes-*.whl)[gymnax,plot,digits]"
+	$(COMPAT)/floor/bin/pip freeze --exclude jaxes | diff $(COMPAT)/floor-before.txt -
+	$(COMPAT)/floor/bin/python -m pytest -q -p no:cacheprovider tests/test_install.py
+	$(PYTHON) -m venv $(COMPAT)/bare
+	$(COMPAT)/bare/bin/pip install --quiet -c $(LOCK) "$$(ls $(COMPAT)/jaxes-*.whl)[gymnax]" pytest
+	! $(COMPAT)/bare/bin/python -c "import brax" 2>/dev/null
+	$(COMPAT)/bare/bin/python -m pytest -q -p no:cacheprovider tests/test_install.py
+
+# The newest versions pyproject.toml allows, installed into a fresh venv and frozen into
+# $(LOCK); run `make test` on them before committing the new lock.
+lock:
+	rm -rf build/lock && $(PYTHON) -m venv build/lock
+	build/lock/bin/pip install --quiet '.[brax,gymnax,plot,digits,dev]'
+	(grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude jaxes) > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check conftest.py src tests examples benchmarks notebooks
 	$(BIN)/ruff format --check conftest.py src tests examples benchmarks notebooks
@@ -44,4 +75,4 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/asktell.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .ruff_cache
