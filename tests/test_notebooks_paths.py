@@ -113,3 +113,45 @@ def test_the_digits_task_loads_with_no_path_from_the_checkout(tmp_path):
         check=True,
     ).stdout
     assert out.splitlines() == ["(1437, 64) (360, 64) 64-64-10", "False"], out
+
+
+# Where a notebook's code shows it uses an extra: a module or function of it, or a string that
+# names one of its environments (a TrainConfig's env).
+EXTRA_SIGNS = {
+    "brax": re.compile(r"\bbrax\b|brax_task|brax_envs"),
+    "gymnax": re.compile(r"\bgymnax\b|gymnax_task"),
+    "plot": re.compile(r"\bmatplotlib\b|\bplotting\b"),
+    "digits": re.compile(r"\bclassification\b|\bclassifier\b"),
+}
+
+
+def extras_used(code: str) -> set[str]:
+    from jaxes.tasks import brax, gymnax
+
+    strings = set(re.findall(r"[\"']([\w-]+)[\"']", code))
+    found = {extra for extra, sign in EXTRA_SIGNS.items() if sign.search(code)}
+    found |= {"brax"} if strings & set(brax.env_names()) else set()
+    found |= {"gymnax"} if strings & set(gymnax.env_names()) else set()
+    return found
+
+
+def test_extras_used_reads_imports_and_env_names():
+    assert extras_used('cfg = TrainConfig(env="hopper")\nimport matplotlib.pyplot') == {
+        "brax",
+        "plot",
+    }
+    assert extras_used("TrainConfig(env='Breakout-MinAtar')") == {"gymnax"}
+    assert extras_used("from jaxes.training import classifier") == {"digits"}
+    assert extras_used("import jax") == set()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
+def test_the_first_cell_names_and_checks_the_extras_the_code_needs(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    first, *rest = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    used = extras_used("\n".join(rest))
+    named = {frozenset(group.split(",")) for group in re.findall(r"jaxes\[([\w,]+)\]", first)}
+    assert named == {frozenset(used)}, f"{name}: first cell names {named}, code uses {used}"
+    checked = set(ast.literal_eval(re.search(r"needed = (\[.*?\])", first).group(1)))
+    modules = {"brax": "brax", "gymnax": "gymnax", "plot": "matplotlib", "digits": "sklearn"}
+    assert checked == {"jaxes", *(modules[e] for e in used)}, name
