@@ -1,0 +1,86 @@
+"""Every third-party module the code imports comes from a dependency pyproject.toml declares.
+
+A venv that once held a package keeps it, so a test that imports an undeclared one passes on the
+developer's machine and fails on CI's clean one (chex did: tests imported it, nothing declared it).
+The imports are read from the source (AST); the declared set is jaxes's installed metadata, so
+`make test`'s editable install answers for the working tree's pyproject.toml.
+"""
+
+import ast
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# The extras `make test` installs; benchmarks/ also need `bench`, which the suite does not install.
+TESTED_EXTRAS = ("brax", "gymnax", "plot", "digits", "dev")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared(extras: tuple[str, ...]) -> set[str]:
+    """jaxes's requirements (canonical names) for the core and the given extras, not transitive."""
+    names = set()
+    for line in metadata.requires("jaxes") or []:
+        spec, _, marker = line.partition(";")
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
+        if extra is None or extra.group(1) in extras:
+            names.add(canonical(re.match(r"[A-Za-z0-9._-]+", spec.strip()).group(0)))
+    return names
+
+
+def top_level_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def third_party(paths: list[Path], local: set[str]) -> dict[str, set[str]]:
+    """{top-level module: files importing it}, less the standard library, jaxes and local files."""
+    out: dict[str, set[str]] = {}
+    for path in paths:
+        for mod in top_level_imports(path) - set(sys.stdlib_module_names) - local - {"jaxes"}:
+            out.setdefault(mod, set()).add(str(path.relative_to(ROOT)))
+    return out
+
+
+def undeclared(imports: dict[str, set[str]], allowed: set[str]) -> list[str]:
+    dists = metadata.packages_distributions()
+    problems = []
+    for mod, files in sorted(imports.items()):
+        providers = {canonical(d) for d in dists.get(mod, [])}
+        if not providers & allowed:
+            where = ", ".join(sorted(files)[:3])
+            got = ", ".join(sorted(providers)) or "no installed distribution"
+            problems.append(f"{mod} (from {got}) imported by {where}")
+    return problems
+
+
+def test_the_library_imports_only_its_core_and_extra_dependencies():
+    paths = sorted((ROOT / "src").rglob("*.py"))
+    every_extra = tuple(metadata.metadata("jaxes").get_all("Provides-Extra") or [])
+    assert undeclared(third_party(paths, set()), declared(every_extra)) == []
+
+
+@pytest.mark.parametrize("folder", ["tests", "examples"])
+def test_tests_and_examples_import_only_what_make_test_installs(folder):
+    paths = sorted((ROOT / folder).rglob("*.py"))
+    # Files of the repository that tests put on sys.path (benchmarks/table3.py, tests/helpers.py).
+    local = {p.stem for d in ("tests", "examples", "benchmarks") for p in (ROOT / d).glob("*.py")}
+    assert undeclared(third_party(paths, local), declared(TESTED_EXTRAS)) == []
+
+
+def test_the_check_catches_an_undeclared_import(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import numpy\nimport pytest\n")
+    imports = {m: {"tests/probe.py"} for m in top_level_imports(probe)}
+    assert undeclared(imports, declared(())) == ["pytest (from pytest) imported by tests/probe.py"]
