@@ -474,7 +474,7 @@ def run_policy_cost(args, argv) -> None:
         lambda x: x[None] + 0.02 * jax.random.normal(jax.random.key(1), (members,) + x.shape),
         params,
     )
-    obs = jnp.zeros((members,) + task.observations.shape, jnp.float32)
+    obs = jnp.zeros((members,) + task.family.observations.shape, jnp.float32)
     own = jax.jit(jax.vmap(task.policy.apply))
     shared = jax.jit(jax.vmap(task.policy.apply, in_axes=(None, 0)))
     calls = [lambda: jax.block_until_ready(own(stacked, obs))]

@@ -2,8 +2,9 @@
 
 A small flax linen module (a linear skip path plus a hidden layer with LayerNorm and a custom
 activation) is handed to ``jaxes.tasks.brax.brax_task`` in place of the built-in
-``"mlp"``/``"linear"`` policies; the task wraps it with ``jaxes.policies.from_module``, which
-scales its tanh output to the actuators' range.
+``"mlp"``/``"linear"`` policies; the task wraps it with
+``jaxes.tasks.control.policies.from_module``, which scales its tanh output to the actuators'
+range.
 Training uses the same pieces as ``jaxes train``: ``training.init_state`` and
 ``training.block_runner``, which fuses ``--eval-every`` generations of ask → rollout → tell into
 one jitted ``lax.scan`` and then evaluates the centre policy without noise. The loop stops at
@@ -82,7 +83,7 @@ def main() -> None:
     generations = args.generations or (120 if args.quick else 300)
 
     # The module's output size is the environment's action size; the task scales the tanh
-    # output to the actuators' range (jaxes.policies.from_module).
+    # output to the actuators' range (jaxes.tasks.control.policies.from_module).
     action_size = brax_tasks.load_env(args.env, "spring").action_size
     module = SkipMLP(hidden_sizes=(8,), action_size=action_size)
     task = brax_tasks.brax_task(

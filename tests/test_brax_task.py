@@ -9,7 +9,7 @@ import pytest
 
 import jaxes
 from jaxes.tasks import brax as brax_tasks
-from jaxes.tasks.brax import running_stats
+from jaxes.tasks.control import running_stats
 
 EPISODE = 60
 P, E = 4, 2
@@ -180,7 +180,7 @@ def test_policies_act_inside_the_control_range():
         ),
         ({"backend": "physx"}, r"backend: unknown 'physx'; allowed"),
         ({"episode_length": 0}, r"episode_length: expected an int >= 1, got 0"),
-        ({"policy": "cnn"}, r"policy: expected 'mlp', 'linear'"),
+        ({"policy": "cnn"}, r"policy: expected 'linear', 'mlp', 'vbn_mlp'"),
     ],
 )
 def test_bad_task_settings(kwargs, match):

@@ -24,7 +24,7 @@ from jaxes import training
 from jaxes.app import cli, train
 from jaxes.app import config as config_lib
 from jaxes.app.config import TrainConfig, build
-from jaxes.tasks.brax import running_stats
+from jaxes.tasks.control import running_stats
 from jaxes.tasks.functions import function_task
 from jaxes.training import checkpoint, compilation, rundir
 from jaxes.types import Task

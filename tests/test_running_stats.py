@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes.tasks.brax import running_stats as rs
+from jaxes.tasks.control import running_stats as rs
 
 
 def test_merging_batches_equals_numpy_over_the_masked_rows():

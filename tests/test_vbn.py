@@ -14,7 +14,8 @@ import jaxes
 from jaxes import training
 from jaxes.app.config import ConfigError, TrainConfig
 from jaxes.step import generation_step
-from jaxes.tasks.brax import brax_task, policies, running_stats
+from jaxes.tasks.brax import brax_task
+from jaxes.tasks.control import policies, running_stats
 from jaxes.training import checkpoint
 
 TASK = brax_task("inverted_pendulum", "spring", 20, "vbn_mlp", (8, 8), reference_size=16)

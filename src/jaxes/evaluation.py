@@ -125,15 +125,26 @@ def evaluate(
     return jnp.where(pending, out, jnp.nan)
 
 
+def _factored(strategy: Strategy, state) -> bool:
+    """Whether the strategy's member displacements keep some leaf factored (traced, not run):
+    a factored leaf is a node of factors where the params hold one array."""
+    if strategy.perturbation is None:
+        return False
+    shapes = jax.eval_shape(lambda: strategy.perturbation(state, 0))
+    return jax.tree.structure(shapes) != jax.tree.structure(state.params)
+
+
 def evaluate_task(
     strategy: Strategy, state, task, key, task_state, first=0, count=None, first_is_even=None
 ):
     """A ``Task``'s ``evaluate`` over members ``first .. first + count - 1`` in chunks:
     ``(fitness, member_stats, info)`` as if the task had seen all of them at once (fitness and
     stats in member order, info summed). A task with ``evaluate_factored`` gets the centre and
-    the members' displacements instead, where the strategy offers them."""
+    the members' displacements instead, where the strategy's displacements have a factored
+    (low-rank) leaf; with dense noise the members themselves are built, bit-identical to
+    ``centre + displacement``, so both paths see the same members."""
     chunk = getattr(task, "chunk_size", None)
-    if getattr(task, "evaluate_factored", None) is not None and strategy.perturbation is not None:
+    if getattr(task, "evaluate_factored", None) is not None and _factored(strategy, state):
         centre = trees.cast_like(state.params, state.dtypes)
 
         def batch_fn(deltas):

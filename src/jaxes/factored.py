@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -128,9 +129,82 @@ def _attend_term(x, d: LowRank):
     return jnp.einsum("...r,mr->...m", jnp.einsum("...n,nr->...r", x, d.b), d.a)
 
 
+def _per_axis(value, n: int, default: int) -> tuple[int, ...]:
+    """A Conv setting (``None``, an int or one per spatial axis) as one int per axis."""
+    if value is None:
+        return (default,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    return tuple(int(v) for v in value)
+
+
+def _conv_padding(padding, n: int):
+    """``nn.Conv``'s padding as ``lax`` takes it (``None``: a mode the term does not handle,
+    such as ``"CIRCULAR"`` or ``"CAUSAL"``)."""
+    if isinstance(padding, str):
+        return padding if padding in ("SAME", "VALID") else None
+    if isinstance(padding, int):
+        return ((padding, padding),) * n
+    pads = tuple(padding)
+    if all(isinstance(p, int) for p in pads):
+        return tuple((p, p) for p in pads)
+    return tuple(tuple(p) for p in pads)
+
+
+def conv_unsupported(module: nn.Conv) -> str | None:
+    """Why ``module``'s factored term cannot be computed (``None``: it can)."""
+    if module.feature_group_count != 1:
+        return f"feature_group_count={module.feature_group_count}"
+    if module.mask is not None:
+        return "a kernel mask"
+    if _conv_padding(module.padding, 1) is None:
+        return f"padding={module.padding!r}"
+    return None
+
+
+def _conv_term(module: nn.Conv, x, d: LowRank, precision):
+    """The low-rank term of an ``nn.Conv`` whose kernel ``(k..., in, out)`` is factored over
+    its last two axes, one rank-``r`` product per kernel tap: ``Σ_tap patch_tap A_tap
+    B_tapᵀ``, from the input's patches (one entry per input channel and tap) and two einsums,
+    never the kernel. ``None`` where the layer groups features, masks its kernel, or pads
+    other than ``"SAME"``, ``"VALID"`` or explicitly."""
+    if conv_unsupported(module) is not None:
+        return None
+    n = d.a.ndim - 2  # spatial axes of the kernel
+    lead = x.shape[: x.ndim - n - 1]
+    batch = x.reshape((-1,) + x.shape[x.ndim - n - 1 :])
+    spatial = "DHW"[-n:] if n <= 3 else None
+    if spatial is None:
+        return None
+    spec = ("N" + spatial + "C", "OI" + spatial, "N" + spatial + "C")
+    # Patches' features are ordered channel-major: (in, k...).
+    patches = jax.lax.conv_general_dilated_patches(
+        batch,
+        d.a.shape[:n],
+        _per_axis(module.strides, n, 1),
+        _conv_padding(module.padding, n),
+        lhs_dilation=_per_axis(module.input_dilation, n, 1),
+        rhs_dilation=_per_axis(module.kernel_dilation, n, 1),
+        dimension_numbers=spec,
+        precision=precision,
+    )
+    patches = patches.reshape(patches.shape[:-1] + (x.shape[-1],) + d.a.shape[:n])
+    out, taps = "xyz"[:n], "ijk"[:n]
+    per_tap = jnp.einsum(
+        f"N{out}c{taps},{taps}cr->N{out}{taps}r", patches, d.a, precision=precision
+    )
+    term = jnp.einsum(f"N{out}{taps}r,{taps}fr->N{out}f", per_tap, d.b, precision=precision)
+    return term.reshape(lead + term.shape[1:])
+
+
 # The layers that take a factored displacement of their weight (and an Int8 one), and the name
 # of that weight in their params.
-_WEIGHT = {nn.Dense: "kernel", nn.DenseGeneral: "kernel", nn.Embed: "embedding"}
+_WEIGHT = {
+    nn.Dense: "kernel",
+    nn.DenseGeneral: "kernel",
+    nn.Conv: "kernel",
+    nn.Embed: "embedding",
+}
 
 
 def _weight_name(context) -> str | None:
@@ -150,6 +224,8 @@ def _term(context, x, d: LowRank):
         return _dense_term(x, d, module.precision)
     if isinstance(module, nn.DenseGeneral):
         return _dense_general_term(module, x, d, module.precision)
+    if isinstance(module, nn.Conv):
+        return _conv_term(module, x, d, module.precision)
     if context.method_name == "attend":
         return _attend_term(x, d)
     return _embed_term(x, d)
@@ -179,8 +255,9 @@ class _Plan(NamedTuple):
 
 def _served(module, variables, params, delta, args, kwargs, method) -> _Plan:
     """Which layers take their weight's factored term or int8 kernel, found by tracing the
-    model once abstractly (``eval_shape``: nothing runs)."""
-    terms, int8 = set(), set()
+    model once abstractly (``eval_shape``: nothing runs). A factored leaf that no layer takes
+    is added dense, and says so once (``_log_dense``)."""
+    terms, int8, refused = set(), set(), {}
 
     def record(next_fun, call_args, call_kwargs, context):
         name = _weight_name(context)
@@ -192,8 +269,11 @@ def _served(module, variables, params, delta, args, kwargs, method) -> _Plan:
             runs_int8 = is_int8(w) and (d is None or is_factored(d))
             if runs_int8 and _int8_call(context, x, w) is not None:
                 int8.add((path, name))
-            if is_factored(d) and _term(context, x, d) is not None:
-                terms.add((path, name))
+            if is_factored(d):
+                if _term(context, x, d) is not None:
+                    terms.add((path, name))
+                else:
+                    refused[(path, name)] = _why_not(context.module)
         return next_fun(*call_args, **call_kwargs)
 
     def run():
@@ -203,7 +283,39 @@ def _served(module, variables, params, delta, args, kwargs, method) -> _Plan:
             )
 
     jax.eval_shape(run)
+    for path, d in jax.tree_util.tree_flatten_with_path(delta, is_leaf=is_factored)[0]:
+        names = _names(path)
+        at = (names[:-1], names[-1])
+        if is_factored(d) and at not in terms:
+            _log_dense("/".join(str(n) for n in names), refused.get(at))
     return _Plan(frozenset(terms), frozenset(int8))
+
+
+def _why_not(layer) -> str:
+    """What keeps a served layer from taking its factored term."""
+    kind = type(layer).__name__
+    if isinstance(layer, nn.Conv):
+        return f"an nn.{kind} with {conv_unsupported(layer)}"
+    if isinstance(layer, nn.DenseGeneral):
+        return f"an nn.{kind} that contracts other than its inputs' trailing axes"
+    return f"an nn.{kind}"
+
+
+_logger = logging.getLogger("jaxes")
+_LOGGED: set[str] = set()
+
+
+def _log_dense(where: str, why: str | None) -> None:
+    """One line, once per process, for a factored leaf that is added dense: each member's
+    copy of it is built, which is correct but costs what the factored form saves."""
+    reason = why or "no Dense, DenseGeneral, Conv or Embed layer reads it"
+    line = (
+        f"jaxes.factored: {where} takes its low-rank displacement dense ({reason}); each "
+        "member's copy of it is built"
+    )
+    if line not in _LOGGED:
+        _LOGGED.add(line)
+        _logger.warning(line)
 
 
 def _names(path) -> tuple:

@@ -1,7 +1,7 @@
-"""Kept so that existing imports work: this module is ``jaxes.tasks.brax.running_stats``."""
+"""Kept so that existing imports work: this module is ``jaxes.tasks.control.running_stats``."""
 
 import sys
 
-from jaxes.tasks.brax import running_stats as _module
+from jaxes.tasks.control import running_stats as _module
 
 sys.modules[__name__] = _module

@@ -88,7 +88,7 @@ class Task:
     """A fitness source as pure functions, in the same style as ``Strategy``.
 
     A frozen dataclass rather than a tuple so that a family of tasks can extend it
-    (``jaxes.tasks.brax.BraxTask`` adds its ``env`` and ``policy``) and still be a ``Task``.
+    (``jaxes.tasks.control.ControlTask`` adds its ``env`` and ``policy``) and still be a ``Task``.
 
     Evaluation is split in two so that any batch of members can be evaluated apart, in chunks
     on one device or spread over devices, and give the same result: ``evaluate`` sees some
@@ -114,8 +114,9 @@ class Task:
         (θ in the params' dtypes, ``jaxes.centre``) and their displacements (leading axis
         ``B``; leaves arrays or ``LowRank`` factors, as ``strategy.perturbation`` makes them),
         so that a model can run them factored (``jaxes.factored.apply``); used instead of
-        ``evaluate`` whenever the strategy offers ``perturbation``. ``None``: members are
-        always built.
+        ``evaluate`` whenever the strategy's displacements have a factored leaf (low-rank
+        noise). ``None``: members are always built. A wrapper that replaces ``evaluate``
+        (``dataclasses.replace``) replaces this too, or sets it to ``None``.
       chunk_size: members evaluated at once (it must divide each device's share); ``None``:
         as many as the strategy's memory budget holds.
 

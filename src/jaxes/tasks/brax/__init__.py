@@ -12,12 +12,12 @@ moments of every observation an alive episode saw. ``evaluate`` returns those mo
 member (``P × (2·obs + 1)`` floats) and ``update`` sums them in member order, so a population
 evaluated in chunks or split over devices gives every device the same statistics.
 
-Modules: ``task`` (``brax_task``, its states), ``rollout`` (the episodes, pure functions),
-``envs`` (loading and inspecting environments), ``policies`` (``POLICIES``),
-``running_stats``, ``render`` and ``offline_page`` (the HTML replay).
+The episodes, statistics and policies are ``jaxes.tasks.control``'s; this package holds what
+is Brax's own. Modules: ``task`` (``brax_task`` and the Brax ``family``), ``envs`` (loading
+and inspecting environments), ``render`` and ``offline_page`` (the HTML replay).
 """
 
-from jaxes.tasks.brax import envs, policies, rollout, running_stats, task
+from jaxes.tasks.brax import envs, task
 from jaxes.tasks.brax.envs import (
     BACKENDS,
     action_range,
@@ -26,28 +26,18 @@ from jaxes.tasks.brax.envs import (
     observation_size,
     supported_backends,
 )
-from jaxes.tasks.brax.policies import POLICIES, Policy
-from jaxes.tasks.brax.rollout import Rollout, RolloutInfo
-from jaxes.tasks.brax.task import BraxTask, BraxTaskState, VBNTaskState, brax_task
+from jaxes.tasks.brax.task import POLICIES, brax_task, family
 
 __all__ = [
     "BACKENDS",
     "POLICIES",
-    "BraxTask",
-    "BraxTaskState",
-    "Policy",
-    "Rollout",
-    "RolloutInfo",
-    "VBNTaskState",
     "action_range",
     "brax_task",
     "env_names",
     "envs",
+    "family",
     "load_env",
     "observation_size",
-    "policies",
-    "rollout",
-    "running_stats",
     "supported_backends",
     "task",
 ]

@@ -8,49 +8,16 @@ shape, cast to float32) and ``Discrete`` (one-hot). Anything else is refused wit
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxes.extras import require
+from jaxes.tasks.control.spaces import Actions, Observations
 
 gymnax = require("gymnax", "gymnax", "gymnax environments")
 spaces = require("gymnax.environments.spaces", "gymnax", "gymnax environments")
-
-
-class Actions(NamedTuple):
-    """What the policy's output becomes.
-
-    Attributes:
-      discrete: ``True``: the output is one logit per action and the action its argmax.
-      size: the policy's output size (actions, or the box's length).
-      low: the box's lower bounds (float32, shape ``(size,)``; ``None`` when discrete).
-      high: the box's upper bounds.
-    """
-
-    discrete: bool
-    size: int
-    low: np.ndarray | None = None
-    high: np.ndarray | None = None
-
-
-class Observations(NamedTuple):
-    """How an observation is fed to the policy.
-
-    Attributes:
-      shape: the shape the policy sees (a ``Discrete`` observation: ``(n,)``, one-hot).
-      one_hot: ``n`` for a ``Discrete`` observation space, else 0.
-    """
-
-    shape: tuple[int, ...]
-    one_hot: int = 0
-
-    @property
-    def size(self) -> int:
-        """The length of a flattened observation."""
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 def env_names() -> list[str]:
@@ -132,18 +99,3 @@ def observation_spec(env_name: str, env, env_params) -> Observations:
         f"{env_name}: observation space {space!r} is not supported "
         "(jaxes feeds Box and Discrete observations)"
     )
-
-
-def encode(spec: Observations, obs: jax.Array) -> jax.Array:
-    """An observation (or a batch: leading axes are kept) as the policy's float32 input of
-    shape ``spec.shape``.
-
-    Example:
-      >>> encode(Observations((3,), 3), jnp.int32(1)).tolist()
-      [0.0, 1.0, 0.0]
-      >>> encode(Observations((2, 2)), jnp.ones((5, 2, 2), jnp.int32)).shape
-      (5, 2, 2)
-    """
-    if spec.one_hot:
-        return jax.nn.one_hot(obs, spec.one_hot, dtype=jnp.float32)
-    return jnp.asarray(obs, jnp.float32)
