@@ -36,12 +36,14 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxes import evaluation, quantized, trees
 from jaxes.noise.lowrank import LowRank, is_factored
@@ -157,6 +159,8 @@ def conv_unsupported(module: nn.Conv) -> str | None:
         return f"feature_group_count={module.feature_group_count}"
     if module.mask is not None:
         return "a kernel mask"
+    if any(g != 1 for g in _per_axis(module.input_dilation, 1, 1)):
+        return f"input_dilation={module.input_dilation}"
     if _conv_padding(module.padding, 1) is None:
         return f"padding={module.padding!r}"
     return None
@@ -164,36 +168,46 @@ def conv_unsupported(module: nn.Conv) -> str | None:
 
 def _conv_term(module: nn.Conv, x, d: LowRank, precision):
     """The low-rank term of an ``nn.Conv`` whose kernel ``(k..., in, out)`` is factored over
-    its last two axes, one rank-``r`` product per kernel tap: ``Σ_tap patch_tap A_tap
-    B_tapᵀ``, from the input's patches (one entry per input channel and tap) and two einsums,
-    never the kernel. ``None`` where the layer groups features, masks its kernel, or pads
+    its last two axes, one rank-``r`` product per kernel tap: ``Σ_tap x_tap A_tap B_tapᵀ``.
+
+    Three steps, none of which builds a kernel: every pixel's projection on every tap's
+    ``A`` (``in × taps·r``), each tap's projection sliced at the pixels that tap reaches (the
+    layer's own padding, strides and kernel dilation), and the contraction with ``B``.
+    ``None`` where the layer groups features, masks its kernel, dilates its input, or pads
     other than ``"SAME"``, ``"VALID"`` or explicitly."""
+    n = d.a.ndim - 2  # spatial axes of the kernel
     if conv_unsupported(module) is not None:
         return None
-    n = d.a.ndim - 2  # spatial axes of the kernel
-    lead = x.shape[: x.ndim - n - 1]
+    taps_shape, r = d.a.shape[:n], d.a.shape[-1]
+    taps = math.prod(taps_shape)
+    lead, spatial = x.shape[: x.ndim - n - 1], x.shape[x.ndim - n - 1 : -1]
     batch = x.reshape((-1,) + x.shape[x.ndim - n - 1 :])
-    spatial = "DHW"[-n:] if n <= 3 else None
-    if spatial is None:
-        return None
-    spec = ("N" + spatial + "C", "OI" + spatial, "N" + spatial + "C")
-    # Patches' features are ordered channel-major: (in, k...).
-    patches = jax.lax.conv_general_dilated_patches(
-        batch,
-        d.a.shape[:n],
-        _per_axis(module.strides, n, 1),
-        _conv_padding(module.padding, n),
-        lhs_dilation=_per_axis(module.input_dilation, n, 1),
-        rhs_dilation=_per_axis(module.kernel_dilation, n, 1),
-        dimension_numbers=spec,
-        precision=precision,
+    a = jnp.moveaxis(d.a.reshape((taps,) + d.a.shape[n:]), 0, 1)  # (in, taps, r)
+    projected = jnp.einsum("...c,ctr->...tr", batch, a, precision=precision)
+    strides = _per_axis(module.strides, n, 1)
+    dilation = _per_axis(module.kernel_dilation, n, 1)
+    window = tuple((k - 1) * g + 1 for k, g in zip(taps_shape, dilation, strict=True))
+    padding = _conv_padding(module.padding, n)
+    if isinstance(padding, str):
+        padding = jax.lax.padtype_to_pads(spatial, window, strides, padding)
+    zero = jnp.zeros((), projected.dtype)
+    config = [(0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding] + [(0, 0, 0)] * 2
+    padded = jax.lax.pad(projected, zero, config)
+    out = tuple(
+        (size + lo + hi - w) // s + 1
+        for size, (lo, hi), w, s in zip(spatial, padding, window, strides, strict=True)
     )
-    patches = patches.reshape(patches.shape[:-1] + (x.shape[-1],) + d.a.shape[:n])
-    out, taps = "xyz"[:n], "ijk"[:n]
-    per_tap = jnp.einsum(
-        f"N{out}c{taps},{taps}cr->N{out}{taps}r", patches, d.a, precision=precision
-    )
-    term = jnp.einsum(f"N{out}{taps}r,{taps}fr->N{out}f", per_tap, d.b, precision=precision)
+    reached = []
+    for t, tap in enumerate(np.ndindex(*taps_shape)):
+        starts = [0] + [i * g for i, g in zip(tap, dilation, strict=True)] + [t, 0]
+        limits = [padded.shape[0]]
+        limits += [b + (o - 1) * s + 1 for b, o, s in zip(starts[1:], out, strides, strict=False)]
+        limits += [t + 1, r]
+        steps = (1, *strides, 1, 1)
+        reached.append(jax.lax.slice(padded, starts, limits, steps)[..., 0, :])
+    moved = jnp.stack(reached, axis=-2)  # (N, out..., taps, r)
+    b = d.b.reshape((taps,) + d.b.shape[n:])  # (taps, out, r)
+    term = jnp.einsum("...tr,tfr->...f", moved, b, precision=precision)
     return term.reshape(lead + term.shape[1:])
 
 
