@@ -17,12 +17,13 @@ tanh MLP at hopper's sizes (11 observations, 3 actions). P = 256 and 768.
 
 End to end (`--part e2e`): simulated env steps per second of whole generations (ask, rollout,
 tell; `training.block_runner` without evals), full-rank against r = 1, for Breakout at the
-MinAtar preset (P = 256, vbn_conv, gymnax's 1000-step episodes) and for hopper at its preset
-(Brax spring, linear policy). Each setting is timed over `--generations` generations after a
-compile-and-warm-up block, alternating settings within a round, median of rounds.
+MinAtar preset (P = 256, vbn_conv, gymnax's 1000-step episodes), the same with the preset's
+network without VBN (conv), and for hopper at its preset (Brax spring, linear policy). Each
+setting is timed over `--generations` generations after a compile-and-warm-up block,
+alternating settings within a round, median of rounds.
 
 Run:
-  .venv/bin/python benchmarks/policy_cost.py            # both parts (~10 min on 2 cores)
+  .venv/bin/python benchmarks/policy_cost.py            # both parts (~4 min on 2 cores)
   .venv/bin/python benchmarks/policy_cost.py --quick    # P = 256, fewer repeats (~3 min)
 Results: benchmarks/results/policy_cost.json (policy_cost_quick.json with --quick).
 """
@@ -121,6 +122,14 @@ def e2e_settings(quick: bool):
     return [
         ("breakout_full", "Breakout-MinAtar", {"noise": "table"}),
         ("breakout_lowrank_r1", "Breakout-MinAtar", {"noise": "lowrank", "noise_rank": 1}),
+        # The preset's network without virtual batch normalisation: the reference pass
+        # (128 forwards per member per generation) costs the same in both forms.
+        ("breakout_conv_full", "Breakout-MinAtar", {"noise": "table", "policy": "conv"}),
+        (
+            "breakout_conv_lowrank_r1",
+            "Breakout-MinAtar",
+            {"noise": "lowrank", "noise_rank": 1, "policy": "conv"},
+        ),
         ("hopper_full", "hopper", {"noise": "table"}),
         ("hopper_lowrank_r1", "hopper", {"noise": "lowrank", "noise_rank": 1}),
     ]
@@ -179,7 +188,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--repeats", type=int, default=30, help="timed policy steps per setting")
     parser.add_argument("--generations", type=int, default=5, help="generations per timed block")
     parser.add_argument("--rounds", type=int, default=3, help="timed blocks per setting")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv[1:])
     out = args.out or driver.results_path("policy_cost", args.quick)
     info = machine_info(argv, packages=("jax", "jaxlib", "gymnax", "brax"), jax_backend=True)
     populations = (256,) if args.quick else (256, 768)
@@ -207,4 +216,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv)

@@ -27,9 +27,13 @@ from jaxes.checks import check_int
 from jaxes.types import Params, Strategy
 
 
-def chunk_size(strategy: Strategy, state, count: int, chunk: int | None = None) -> int:
+def chunk_size(
+    strategy: Strategy, state, count: int, chunk: int | None = None, factored: bool = False
+) -> int:
     """Members per chunk: ``chunk`` if given (it must divide ``count``), else the strategy's
-    choice under its memory budget (all ``count`` for a strategy without one)."""
+    choice under its memory budget (all ``count`` for a strategy without one); ``factored``:
+    the members are evaluated as displacements from a shared centre, whose factors cost far
+    less than a member."""
     if chunk is not None:
         chunk = check_int("chunk_size", chunk, 1, count)
         if count % chunk:
@@ -37,6 +41,8 @@ def chunk_size(strategy: Strategy, state, count: int, chunk: int | None = None) 
         return chunk
     if strategy.eval_chunk is None:
         return count
+    if factored:
+        return strategy.eval_chunk(state, count, factored=True)
     return strategy.eval_chunk(state, count)
 
 
@@ -145,6 +151,8 @@ def evaluate_task(
     ``centre + displacement``, so both paths see the same members."""
     chunk = getattr(task, "chunk_size", None)
     if getattr(task, "evaluate_factored", None) is not None and _factored(strategy, state):
+        total = strategy.population_size if count is None else count
+        chunk = chunk_size(strategy, state, total, chunk, factored=True)
         centre = trees.cast_like(state.params, state.dtypes)
 
         def batch_fn(deltas):

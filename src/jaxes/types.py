@@ -58,8 +58,10 @@ class Strategy(NamedTuple):
       population_size: the static population size ``P``.
       best_params: ``best_params(state) -> params``, the best member seen so far, rebuilt
         from its recipe (``None`` for a strategy that does not track it).
-      eval_chunk: ``eval_chunk(state, members) -> int``, how many of ``members`` members to
-        evaluate at once under the strategy's memory budget (a static int; ``None``: all).
+      eval_chunk: ``eval_chunk(state, members, factored=False) -> int``, how many of
+        ``members`` members to evaluate at once under the strategy's memory budget (a static
+        int; ``None``: all); ``factored``: as displacements from a shared centre, which for
+        low-rank noise hold their factors only.
       members: ``members(state, first, count) -> population``, ``count`` consecutive members
         from an even ``first`` (it may be traced), bit-identical to ``member`` but building
         an antithetic pair from one read of its noise (``None``: ``vmap`` over ``member``).

@@ -144,13 +144,26 @@ class Perturbations:
             built,
         )
 
-    def eval_chunk(self, params: Params, dtypes: Params | None = None, members: int = 0) -> int:
+    def eval_chunk(
+        self,
+        params: Params,
+        dtypes: Params | None = None,
+        members: int = 0,
+        factored: bool = False,
+    ) -> int:
         """Members evaluated at once: the largest divisor of ``members`` (default ``P``) whose
-        members (in their dtype, plus their float32 noise) fit in the budget."""
-        built = self.member_dtypes(None, params, dtypes)
-        fit = budget.units_in_budget(
-            self.memory_budget, "member", budget.member_bytes(params, built)
-        )
+        members (in their dtype, plus their float32 noise) fit in the budget. ``factored``:
+        members are evaluated as their displacements from a shared centre (a source with
+        factors), so each holds its factors and dense leaves only (float32)."""
+        if factored and self.source.factors is not None:
+            shapes = jax.eval_shape(
+                lambda: self.source.factors(None, jax.random.key(0), 0, params)
+            )
+            unit = sum(math.prod(x.shape) * 4 for x in jax.tree.leaves(shapes))
+        else:
+            built = self.member_dtypes(None, params, dtypes)
+            unit = budget.member_bytes(params, built)
+        fit = budget.units_in_budget(self.memory_budget, "member", unit)
         return budget.largest_divisor_at_most(members or self.population_size, fit)
 
     def tell_chunk(self, params: Params, dtypes: Params | None, squares: bool) -> int:

@@ -147,8 +147,8 @@ def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) 
         check(state)
         return _perturbation(perturbations, state, i, scale_of)
 
-    def eval_chunk(state, members: int = 0) -> int:
-        return perturbations.eval_chunk(state.params, state.dtypes, members)
+    def eval_chunk(state, members: int = 0, factored: bool = False) -> int:
+        return perturbations.eval_chunk(state.params, state.dtypes, members, factored)
 
     return {
         "ask": ask,
