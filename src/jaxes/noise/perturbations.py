@@ -156,9 +156,7 @@ class Perturbations:
         members are evaluated as their displacements from a shared centre (a source with
         factors), so each holds its factors and dense leaves only (float32)."""
         if factored and self.source.factors is not None:
-            shapes = jax.eval_shape(
-                lambda: self.source.factors(None, jax.random.key(0), 0, params)
-            )
+            shapes = jax.eval_shape(lambda: self.source.factors(None, jax.random.key(0), 0, params))
             unit = sum(math.prod(x.shape) * 4 for x in jax.tree.leaves(shapes))
         else:
             built = self.member_dtypes(None, params, dtypes)
