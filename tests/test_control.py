@@ -148,6 +148,25 @@ def test_a_factored_generation_equals_the_built_members(case):
     assert [int(x) for x in info] == [int(x) for x in want_info]
 
 
+class OwnPolicy(nn.Module):
+    """A user's module: a strided conv, a LayerNorm, dense layers; logits for 3 actions."""
+
+    @nn.compact
+    def __call__(self, obs):
+        batch = obs.shape[:-3]
+        h = nn.relu(nn.Conv(8, (2, 2), strides=(2, 2), padding="VALID")(obs))
+        h = nn.LayerNorm()(h.reshape(batch + (-1,)))
+        return nn.Dense(3)(nn.tanh(nn.Dense(16)(h)))
+
+
+def test_a_users_flax_module_runs_factored_too():
+    task = gymnax_task("Breakout-MinAtar", OwnPolicy(), episode_length=40, episodes_per_member=2)
+    strategy = jaxes.open_es(8, sigma=0.5, noise="lowrank", noise_rank=2)
+    (fitness, _, _), (want, _, _) = built_and_factored(task, strategy)
+    np.testing.assert_allclose(np.asarray(fitness), np.asarray(want), rtol=1e-4, atol=1e-3)
+    assert np.ptp(np.asarray(want)) > 0, want
+
+
 def test_a_factored_brax_generation_equals_the_built_members():
     from jaxes.tasks.brax import brax_task
 
