@@ -296,7 +296,7 @@ def test_the_gymnax_reference_batch_equals_a_python_loop():
     assert len({row.tobytes() for row in reference}) > 1  # and the rows differ
 
 
-def test_rollout_act_reads_the_shared_centre_once():
+def test_factored_members_hold_no_copy_of_a_factored_leaf():
     """The factored members hold no copy of a factored leaf: only the dense leaves (biases)
     and the factors are per member."""
     task = gymnax_task("Breakout-MinAtar", "conv", hidden_sizes=(16,), episode_length=10)

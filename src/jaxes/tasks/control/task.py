@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxes.checks import check_int
 from jaxes.tasks.control import running_stats
 from jaxes.tasks.control.policies import Policy
 from jaxes.tasks.control.rollout import (
@@ -69,8 +70,7 @@ class ControlTask(Task):
 def check_counts(**counts) -> None:
     """Each count is an int >= 1, or one ``ValueError`` line names it."""
     for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        check_int(name, value, 1)
 
 
 def control_task(
