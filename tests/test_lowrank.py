@@ -13,7 +13,7 @@ from test_parallel import max_diff, one_device, shard_mapped
 from test_unbiased import OBJECTIVES, SIGMA, THETA, P, within_standard_errors
 
 import jaxes
-from jaxes import factored
+from jaxes import evaluation, factored
 from jaxes.app.cli import main
 from jaxes.noise import Perturbations, lowrank
 from jaxes.noise.lowrank import LowRank
@@ -101,6 +101,18 @@ def test_members_are_rebuilt_bit_identically_and_displacements_match():
     delta = ES.perturbation(state, 3)
     assert isinstance(delta["stack"], LowRank) and delta["stack"].a.shape == (2, 3, 2)
     assert isinstance(delta["dense"]["bias"], jax.Array)
+
+
+@pytest.mark.parametrize("chunk", [8, 4, 1])  # written in two halves by a loop; 1 directly
+def test_map_members_hands_over_the_displacements_bit_identically(chunk):
+    _, state = drawn_state()
+    got = jax.jit(
+        lambda s: evaluation.map_members(ES, s, lambda d: d, chunk=chunk, build=ES.perturbation)
+    )(state)
+    got = jax.tree.map(lambda x: x.reshape((8,) + x.shape[2:]), got)
+    alone = jax.jit(jax.vmap(lambda i: ES.perturbation(state, i)))(jnp.arange(8))
+    pairs = zip(jax.tree.leaves(got), jax.tree.leaves(alone), strict=True)
+    assert all(bool(jnp.array_equal(a, b)) for a, b in pairs)
 
 
 @pytest.mark.parametrize("antithetic", [True, False])
