@@ -261,6 +261,8 @@ def train_command(args, game: str, run_dir: Path) -> list[str]:
         cmd += ["--eval-every", str(args.eval_every), "--checkpoint-every", str(args.eval_every)]
     if args.action_repeat != 1:
         cmd += ["--action-repeat", str(args.action_repeat)]
+    for flag, value in args.set:
+        cmd += [f"--{flag}", value]
     return cmd
 
 
@@ -302,6 +304,7 @@ def write_games(args, argv, info: dict, runs: Path, games: list[dict]) -> None:
             "episode_length": args.episode_length,
             "eval_every": args.eval_every,
             "action_repeat": args.action_repeat,
+            "set": dict(args.set),
         },
         "quick": args.quick,
         "runs": str(runs),
@@ -499,6 +502,19 @@ def run_policy_cost(args, argv) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def flag_value(text: str) -> tuple[str, str]:
+    """``FLAG=VALUE`` as ``(flag, value)``.
+
+    Example:
+      >>> flag_value("noise-rank=1")
+      ('noise-rank', '1')
+    """
+    flag, sep, value = text.partition("=")
+    if not sep or not flag or flag.startswith("-"):
+        raise argparse.ArgumentTypeError(f"expected FLAG=VALUE (no dashes), got {text!r}")
+    return flag, value
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = driver.parser(
         __doc__, "Breakout, seed 0, a few generations (~1-2 min)", "minatar", child=False
@@ -530,6 +546,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--episode-length", type=int, help="override gymnax's episode length")
     parser.add_argument("--eval-every", type=int, help="override the preset's eval cadence")
     parser.add_argument("--action-repeat", type=int, default=1)
+    parser.add_argument(
+        "--set",
+        type=flag_value,
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="another `jaxes train` flag, e.g. --set noise=lowrank (repeatable)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="--overhead: timed repeats")
     parser.add_argument("--runs", type=Path, help="run directories (default: a temp folder)")
     args = parser.parse_args(argv)
