@@ -63,12 +63,12 @@ lock:
 	mv $(LOCK).new $(LOCK)
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check conftest.py src tests examples benchmarks notebooks
-	$(BIN)/ruff format --check conftest.py src tests examples benchmarks notebooks
+	$(BIN)/ruff check src tests examples benchmarks notebooks
+	$(BIN)/ruff format --check src tests examples benchmarks notebooks
 
 format: $(VENV)/.test-installed
-	$(BIN)/ruff format conftest.py src tests examples benchmarks notebooks
-	$(BIN)/ruff check --fix conftest.py src tests examples benchmarks notebooks
+	$(BIN)/ruff format src tests examples benchmarks notebooks
+	$(BIN)/ruff check --fix src tests examples benchmarks notebooks
 
 bench: $(VENV)/.test-installed
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -33,7 +33,7 @@ Variants:
                     `es.tell(state, fitness)`, jitted with the state donated: the population is
                     dead code, members are rebuilt and evaluated in memory-budgeted chunks.
   jaxes step        `jax.jit(jaxes.step.generation_step(es, function_task("sphere", d)),
-                    donate_argnums=0)` on `jaxes.runner.init_state(es, task, 0)`.
+                    donate_argnums=0)` on `jaxes.training.init_state(es, task, 0)`.
 
 Targets (the issue's; printed next to the measured ratios):
   d=100k, P=256: README loop >= 3x faster than evosax per generation; generation_step >= 10x.

@@ -9,7 +9,7 @@ What it measures, for each model size N and each task:
             alias bytes, their total argument + temp + output - alias (the bytes live at once
             while a generation runs, the donated state counted once) and bytes per parameter.
   run       at P = 16 and P = 64 (`--populations`): the state built by
-            `jaxes.runner.init_state(strategy, task, 0)`, one warm-up generation, then the
+            `jaxes.training.init_state(strategy, task, 0)`, one warm-up generation, then the
             median of a few timed generations (3 up to 200M parameters, 2 above; `--gens`),
             each ended by `jax.block_until_ready`; the peak resident memory of the process
             (`ru_maxrss`, which includes Python, JAX, the compiled program and `init_state`)

@@ -4,7 +4,7 @@ What it measures (all on this machine, in one run):
 
 1. Time to solve `inverted_pendulum` (spring backend, episodes of 200 steps): wall time from
    just before the environment is built until the noise-free evaluation return first reaches
-   190, compilation included, for jaxes (`jaxes.runner.run` with `target_return=190`, what
+   190, compilation included, for jaxes (`jaxes.training.run` with `target_return=190`, what
    `jaxes train` runs: one dispatch per `EVAL_EVERY` generations, the training block and the
    evaluation compiled side by side) and for `brax.training.agents.es.train` (whose `progress_fn`
    sees the evaluation every `EVAL_EVERY` full-length generations' worth of env steps).
@@ -12,8 +12,8 @@ What it measures (all on this machine, in one run):
    the persistent compilation cache is off (checked). Runs are interleaved (jaxes seed 0,
    Brax seed 0, jaxes seed 1, ...) so the noise of a shared CPU falls on both alike.
    jaxes compiles its programs with XLA options of its own on the CPU
-   (`jaxes.compilation.CPU_OPTIONS`); Brax runs a second time per seed with the same options
-   (as `XLA_FLAGS`), so the report also says what they would give Brax.
+   (`jaxes.training.compilation.CPU_OPTIONS`); Brax runs a second time per seed with the same
+   options (as `XLA_FLAGS`), so the report also says what they would give Brax.
    Every run twice: on one CPU device (XLA's default) and on one CPU device per core (what
    `jaxes train` uses by default since issue 29: `--xla_force_host_platform_device_count=N` in
    the child's `XLA_FLAGS`, set the same way for both libraries; Brax ES 0.14 splits its
@@ -90,7 +90,7 @@ HOPPER_P = 64
 def quiet_imports():
     """Imports JAX, Brax and jaxes with their import chatter silenced; starts the backend."""
     jax = quiet_import(
-        "brax.envs", "brax.training.agents.es.train", "jaxes.train", fresh_compiles=True
+        "brax.envs", "brax.training.agents.es.train", "jaxes.app.train", fresh_compiles=True
     )
     jax.devices()
     return jax
@@ -137,7 +137,7 @@ def jaxes_config(seed: int, generations: int):
 
 
 def solve_jaxes(seed: int, generations: int, devices: int = 1) -> dict:
-    """What `jaxes train --target-return 190` runs (`jaxes.runner.run`: the training block and
+    """What `jaxes train --target-return 190` runs (`jaxes.training.run`: the training block and
     the evaluation compiled side by side, blocks of EVAL_EVERY generations, metrics written),
     stopped at the first evaluation >= 190; one checkpoint, at the end."""
     jax = quiet_imports()
@@ -454,7 +454,7 @@ def run_child(spec: dict) -> dict:
 
 
 def jaxes_xla_flags() -> str:
-    """jaxes' CPU compiler options (`jaxes.compilation.CPU_OPTIONS`) as XLA_FLAGS, for Brax."""
+    """jaxes' CPU compiler options (`training.compilation.CPU_OPTIONS`) as XLA_FLAGS, for Brax."""
     from jaxes.training import compilation
 
     return " ".join(f"--{k}={str(v).lower()}" for k, v in compilation.CPU_OPTIONS.items())

@@ -13,7 +13,7 @@ fresh process with the persistent compilation cache off (so nothing is reused):
 and reports lowering (jaxpr → StableHLO) and XLA compile seconds for each, with the settings
 of `benchmarks/brax_vs_brax_es.py` (inverted_pendulum, spring, 200-step episodes, P = 64,
 (32, 32) MLP, 8 evaluation episodes). Every piece is compiled twice, in interleaved fresh
-processes: with the XLA options the runner compiles with (`jaxes.compilation.CPU_OPTIONS`,
+processes: with the XLA options the runner compiles with (`jaxes.training.compilation.CPU_OPTIONS`,
 given to the child as XLA_FLAGS) and with XLA's defaults; each child also times `--calls`
 calls (5 by default) of its program, so the two can be compared at run time too. The
 difference `block - train_scan` is what the evaluation adds to the program; `train_scan -
@@ -48,7 +48,7 @@ def run_child(spec: dict) -> dict:
 def compile_piece(piece: str, env: str | None, calls: int) -> dict:
     """Lowers and compiles `piece` on `env`'s preset (None: brax_vs_brax_es' settings), then
     times `calls` calls of it."""
-    jax = quiet_import("brax.envs", "jaxes.train", fresh_compiles=True)
+    jax = quiet_import("brax.envs", "jaxes.app.train", fresh_compiles=True)
     from brax_vs_brax_es import jaxes_config
 
     from jaxes import training

@@ -2,7 +2,7 @@
 
 For each population P it measures, after compilation, the seconds per generation and the env
 steps simulated per second of
-  * jaxes: `jaxes.runner.block_runner` over every visible device (`shard_map`), and
+  * jaxes: `jaxes.training.block_runner` over every visible device (`shard_map`), and
   * Brax: `brax.training.agents.es.train` with the same population (P/2 antithetic pairs),
     episode length, network and σ; its time per generation is the difference between a run of
     1 + G generations and a run of 1, divided by G (compilation and evaluations cancel).

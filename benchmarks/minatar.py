@@ -2,7 +2,7 @@
 
 Salimans et al. 2017 compared ES with policy-gradient RL on Atari; MinAtar (Young & Tian
 2019) is the 10×10-grid miniature of five Atari games, and gymnax (1.0.1) runs it in JAX.
-This script trains each game with the one MinAtar preset of `jaxes.presets` (open_es,
+This script trains each game with the one MinAtar preset of `jaxes.app.presets` (open_es,
 P = 256, σ = 0.02, Adam 0.01, L2 0.005, `vbn_conv`: one 3×3 convolution of 16 channels and a
 dense layer of 128, virtual batch normalisation; gymnax's own episode length: 1000 steps,
 Freeway 2500) and compares it with gymnax's PPO baselines.

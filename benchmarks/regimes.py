@@ -29,7 +29,7 @@ Call styles:
   fused              one `jax.jit` of a whole generation (ask, fitness, tell), state donated.
   generation_step    jaxes only: `jax.jit(jaxes.step.generation_step(es,
                      function_task("sphere", d)), donate_argnums=0)` on
-                     `jaxes.runner.init_state(es, task, 0)`; its ratio is against evosax's
+                     `jaxes.training.init_state(es, task, 0)`; its ratio is against evosax's
                      fused generation (evosax's fastest whole-generation program). The task's
                      start is recorded per cell (`step_start`; 1.0 at the time of writing).
 

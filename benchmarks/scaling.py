@@ -171,7 +171,7 @@ def hlo_child(spec: dict) -> dict:
     from jaxes import parallel
 
     parallel.use_cpu_cores(spec["devices"])
-    jax = quiet_import("brax.envs", "jaxes.train")
+    jax = quiet_import("brax.envs", "jaxes.app.train")
     import jaxes
     from jaxes import training
     from jaxes.app.config import TrainConfig, build

@@ -8,7 +8,7 @@ This script measures the same for jaxes on Brax's versions of those tasks.
 What it measures, per env:
 
 1. jaxes: `jaxes train --env ENV --preset table3 --seeds 0-2 --timesteps N --target-return
-   S100` (the env's Table 3 setting, `jaxes.presets.NAMED["table3"]` laid over its training
+   S100` (the env's Table 3 setting, `jaxes.app.presets.NAMED["table3"]` laid over its training
    preset: policy, population, sigma, learning rate, episode length, eval cadence, backend;
    found by `benchmarks/table3_sweep.py`; the seeds vmapped in one program; S100 is TRPO's final
    score, after which a seed has nothing left to measure). For each seed, the first
@@ -95,7 +95,7 @@ from _common import REPO, RESULTS, finish_machine_info, machine_info, utc_now, w
 from jaxes.app import presets
 
 PERCENTS = (25, 50, 75, 100)
-PRESET = "table3"  # jaxes.presets.NAMED: the settings this table is sat with
+PRESET = "table3"  # jaxes.app.presets.NAMED: the settings this table is sat with
 # Table 3 of Salimans et al. 2017: TRPO's score at 25/50/75/100 % of its learning progress,
 # and the timesteps ES needed to reach each.
 PAPER = {

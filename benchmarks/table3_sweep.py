@@ -5,7 +5,7 @@
 of everything tried, not only the winner.
 
 Per env, the grid varies one setting at a time around the env's `table3` setting
-(`jaxes.presets.preset(env, name="table3")`): the population halved and doubled, σ halved
+(`jaxes.app.presets.preset(env, name="table3")`): the population halved and doubled, σ halved
 and doubled, the learning rate halved and doubled, the L2 term switched (0 <-> 0.005), the
 evaluation cadence (2 <-> 5 generations), and a tanh MLP of 32, 32 instead of the linear
 policy; plus the setting itself ("table3"). `GRID` lists them; `--settings` picks some.

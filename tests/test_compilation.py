@@ -1,4 +1,4 @@
-"""The runner compiles its programs with ``jaxes.compilation``'s XLA options on the CPU."""
+"""The runner compiles its programs with ``jaxes.training.compilation``'s XLA options on the CPU."""
 
 import io
 import shutil

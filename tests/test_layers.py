@@ -8,10 +8,10 @@ that replace themselves in ``sys.modules``) are skipped: they import their targe
 """
 
 import ast
+import importlib.util
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-ALIAS_MARK = "sys.modules[__name__] = "
 
 # (layer, rooms in it), top to bottom. A room is a module or package prefix, or a tuple of
 # them that may import each other freely.
@@ -71,14 +71,8 @@ def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
 
 
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    files = {
-        module_name(p, src): p
-        for p in (src / "jaxes").rglob("*.py")
-        if ALIAS_MARK not in p.read_text()
-    }
-    aliases = {module_name(p, src) for p in (src / "jaxes").rglob("*.py")} - set(files)
-    known = set(files) | aliases
-    return {name: imports_of(path, name, known) for name, path in files.items()}
+    files = {module_name(p, src): p for p in (src / "jaxes").rglob("*.py")}
+    return {name: imports_of(path, name, set(files)) for name, path in files.items()}
 
 
 def room_of(module: str, layers=LAYERS) -> tuple[int, tuple[str, ...]]:
@@ -178,13 +172,22 @@ def documented_tables(text: str) -> tuple[set[str], dict[str, set[str]]]:
 
 def test_architecture_names_every_module_and_every_import_between_rooms():
     graph = import_graph()
-    files = {
-        str(p.relative_to(SRC / "jaxes"))
-        for p in (SRC / "jaxes").rglob("*.py")
-        if ALIAS_MARK not in p.read_text()
-    }
+    files = {str(p.relative_to(SRC / "jaxes")) for p in (SRC / "jaxes").rglob("*.py")}
     re_exports = {f for f in files if f.endswith("/__init__.py")}  # listing them is optional
     modules, imports = documented_tables(ARCHITECTURE.read_text())
     assert files - re_exports - modules == set(), "modules docs/architecture.md leaves out"
     assert modules - files == set(), "modules docs/architecture.md names that do not exist"
     assert imports == room_imports(graph)
+
+
+def test_every_module_holds_code_and_no_old_path_imports():
+    """The 0.1.0 aliases (modules that replaced themselves in ``sys.modules``) are gone: one
+    name per module."""
+    aliases = [
+        str(p.relative_to(SRC))
+        for p in (SRC / "jaxes").rglob("*.py")
+        if "sys.modules[__name__]" in p.read_text()
+    ]
+    assert aliases == []
+    old = ["jaxes.runner", "jaxes.config", "jaxes.cli", "jaxes.lowrank", "jaxes.tasks.brax_envs"]
+    assert [name for name in old if importlib.util.find_spec(name) is not None] == []

@@ -59,11 +59,7 @@ from jaxes import (  # noqa: F401 - modules as attributes: jaxes.noise, jaxes.te
 )
 from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
 from jaxes.evaluation import evaluate
-from jaxes.noise import (
-    NoiseSource,
-    Perturbations,
-    lowrank,  # noqa: F401 - jaxes.lowrank, as before the noise package
-)
+from jaxes.noise import NoiseSource, Perturbations
 from jaxes.shaping import centered_rank, raw, z_score
 from jaxes.strategies import (
     OpenESInfo,

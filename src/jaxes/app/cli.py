@@ -18,9 +18,8 @@ import warnings
 
 from jaxes.app import interrupts
 from jaxes.app.commands import envs_command, eval_command, render_command
-from jaxes.app.config import TrainConfig, read_config  # noqa: F401 - `jaxes.cli` had them
 from jaxes.app.errors import fail
-from jaxes.app.parser import TRAIN_FLAGS, parser  # noqa: F401 - `jaxes.cli` had them
+from jaxes.app.parser import parser
 from jaxes.app.train_command import RUN_DIR, train_command
 from jaxes.training import rundir
 

@@ -102,7 +102,7 @@ def _check_number(name: str, value, low: float, inclusive: bool) -> float:
 class TrainConfig:
     """Every setting of a Brax run; saved as ``config.json`` in the run directory.
 
-    A setting left as ``None`` is filled from the env's preset (``jaxes.presets``; with
+    A setting left as ``None`` is filled from the env's preset (``jaxes.app.presets``; with
     ``preset=NAME``, the named row ``presets.NAMED[NAME][env]`` laid over it), then from
     the strategy's own defaults: ``TrainConfig(env="hopper")`` is what ``jaxes train --env
     hopper`` runs. ``timesteps`` and ``target_return`` stay ``None`` (no limit) unless given.

@@ -6,7 +6,7 @@ raised into JAX's or orbax's teardown can crash the interpreter. Instead, the C-
 Python installs writes the signal number to a wakeup pipe at once (``signal.set_wakeup_fd``),
 and a watcher thread, which runs whenever the main thread is inside C++ with the GIL released
 (as XLA's compiler is), prints the line and ends the process with ``os._exit``. That is safe
-at any moment because every file the runner writes is whole or absent (``jaxes.rundir``,
+at any moment because every file the runner writes is whole or absent (``jaxes.training.rundir``,
 orbax's rename-on-commit checkpoints) and the run's lock dies with the process.
 """
 

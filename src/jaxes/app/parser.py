@@ -222,7 +222,7 @@ def _train_arguments(sub) -> None:
         "metrics.jsonl, checkpoints/ and learning_curve.png into --out. Settings come from "
         "the env's preset, then --config FILE.toml, then the flags (each overrides the one "
         "before).",
-        epilog="presets (jaxes.presets; sigma, learning_rate and l2_coeff are open_es's, "
+        epilog="presets (jaxes.app.presets; sigma, learning_rate and l2_coeff are open_es's, "
         "other strategies use their own):\n" + presets.table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

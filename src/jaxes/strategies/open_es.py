@@ -73,7 +73,7 @@ def open_es(
         ``2**14`` noise values, ``"table"`` otherwise; ``jaxes.noise.auto``), ``"table"``
         (windows of a noise table sized to the problem: fast), ``"gaussian"`` (fresh draws
         from keys) or ``"lowrank"`` (rank-``noise_rank`` products for every leaf with two or
-        more axes, ``jaxes.lowrank``).
+        more axes, ``jaxes.noise.lowrank``).
       noise_table_size: floats in the table; ``None`` sizes it to the problem
         (``jaxes.noise.table_size``: about ``3d``, at least ``2**16``, at most ``2**24``).
         A size given makes ``"auto"`` a table whatever the problem's size.

@@ -53,18 +53,3 @@ __all__ = [
     "run_settings",
     "to_host",
 ]
-
-# Names the module `jaxes.runner` (this package's former single module, still an alias of it)
-# held by importing them; kept so that `from jaxes.runner import ...` of any of them works.
-from collections.abc import Callable, Mapping  # noqa: E402, F401
-from typing import Any, TextIO  # noqa: E402, F401
-
-from jaxes.checks import check_int  # noqa: E402, F401
-from jaxes.parallel import check_split, make_mesh, replicated, sharded_step  # noqa: E402, F401
-from jaxes.step import TrainState, generation_step  # noqa: E402, F401
-from jaxes.strategies import centre  # noqa: E402, F401
-from jaxes.training.progress import Progress  # noqa: E402, F401
-from jaxes.training.rundir import SEEDS, SUMMARY  # noqa: E402, F401
-from jaxes.training.settings import INT32_MAX  # noqa: E402, F401
-from jaxes.trees import is_key, rewrap_keys, unwrap_keys  # noqa: E402, F401
-from jaxes.types import Strategy, Task  # noqa: E402, F401

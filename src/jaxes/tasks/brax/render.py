@@ -22,7 +22,7 @@ def rollout_states(task, params, task_state, episode_length: int, key: jax.Array
 
     Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
       >>> import jaxes
-      >>> from jaxes.train import load_run
+      >>> from jaxes.app.train import load_run
       >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
       >>> params = jaxes.centre(state.strategy_state)  # doctest: +SKIP
       >>> states, ret = rollout_states(
@@ -59,7 +59,7 @@ def replay_html(
 
     Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
       >>> import jaxes
-      >>> from jaxes.train import load_run
+      >>> from jaxes.app.train import load_run
       >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
       >>> params = jaxes.centre(state.strategy_state)  # doctest: +SKIP
       >>> page, ret, length = replay_html(task, params, state.task_state, 100)  # doctest: +SKIP
@@ -85,7 +85,7 @@ def write_replay(
 
     Example (skipped in doctests: it needs a trained run and compiles a Brax step, ~10 s):
       >>> import jaxes
-      >>> from jaxes.train import load_run
+      >>> from jaxes.app.train import load_run
       >>> config, _, task, _, state = load_run("runs/pendulum")  # doctest: +SKIP
       >>> params = jaxes.centre(state.strategy_state)  # doctest: +SKIP
       >>> ret, length = write_replay(
