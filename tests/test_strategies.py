@@ -104,8 +104,8 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     elif name == "snes":  # direction P m̄ (M - c); the step is η_μ = 1 times it
         close(flat(direction), P * mean_mass * (com - cen), "SNES direction")
         close(step, P * mean_mass * (com - cen), "SNES step")
-    elif name == "ars":  # α P m̄ (M - c) / (b σ_R ν)
-        sigma_r = ars_reward_std(fitness, 5)
+    elif name == "ars":  # α P m̄ (M - c) / (b σ_R ν), masses and σ_R in units of max |F|
+        sigma_r = ars_reward_std(fitness / np.max(np.abs(fitness)), 5)
         close(step, 0.05 * P * mean_mass * (com - cen) / (5 * sigma_r * 0.3), "ARS step")
     elif name == "sep_cma_es":  # c_m (M - θ), from the model: no centroid subtracted
         close(flat(direction), com, "Sep-CMA-ES direction")

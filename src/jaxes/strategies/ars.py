@@ -45,7 +45,9 @@ ARSState = state_type(
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
-    """ARS's weights and ``σ_R`` for interleaved pairs ``(+, -, +, -, ...)``.
+    """ARS's weights and ``σ_R`` for interleaved pairs ``(+, -, +, -, ...)``, both in units of
+    the largest reward's magnitude (the step depends on their ratio only; squared as they come,
+    rewards past about 1e19 overflow float32).
 
     Members of the ``top_k`` pairs whose better side scored highest keep their reward; both
     members of every other pair get the kept rewards' mean (so the pair cancels). Non-finite
@@ -53,11 +55,17 @@ def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array
 
     Example:
       >>> w, s = top_directions(jnp.array([1.0, 0.0, 5.0, 2.0, 0.5, 0.5]), 2)
-      >>> w.tolist(), round(float(s), 3)
+      >>> (w * 5).tolist(), round(float(s * 5), 3)
       ([1.0, 0.0, 5.0, 2.0, 2.0, 2.0], 1.871)
     """
     rewards = shaping_lib.raw(fitness)
-    pairs = rewards.reshape(-1, 2)
+    unit = jnp.max(jnp.abs(rewards))
+    # XLA divides by multiplying with the reciprocal, which flushes to zero past 2^126:
+    # rewards that large are brought down by 2^-64 first.
+    big = unit > 2.0**64
+    rewards = jnp.where(big, rewards * 2.0**-64, rewards)
+    unit = jnp.where(big, unit * 2.0**-64, unit)
+    pairs = (rewards / jnp.where(unit > 0, unit, 1.0)).reshape(-1, 2)
     score = jnp.max(pairs, axis=1)
     order = jnp.argsort(-score, stable=True)
     kept = jnp.zeros(pairs.shape[0], bool).at[order[:top_k]].set(True)

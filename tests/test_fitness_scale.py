@@ -1,0 +1,75 @@
+"""Fitness at any scale: for every strategy, finite fitness from 1e-30 to 3e38 in magnitude,
+NaN, ±inf and ties never make the centre non-finite, and finite fitness whose values all
+differ moves it (issue 41: ARS squared its rewards and overflowed from about 1e19)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import strategies
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jaxes
+
+P = 8
+PARAMS = {"w": jnp.zeros(6)}
+STRATEGIES = strategies(P, 0.1)
+SPECIAL = (math.nan, math.inf, -math.inf)
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    """Each strategy after one ask, with its jitted tell (compiled once for every example)."""
+    out = {}
+    for name, make in sorted(STRATEGIES.items()):
+        es = make()
+        _, state = es.ask(jax.random.key(1), es.init(jax.random.key(0), PARAMS))
+        out[name] = (state, jax.jit(es.tell))
+    return out
+
+
+def centre(state) -> np.ndarray:
+    return np.asarray(jaxes.centre(state)["w"], np.float64)
+
+
+def tell_all(drawn, fitness):
+    fitness = jnp.asarray(fitness, jnp.float32)
+    return {name: (state, tell(state, fitness)[0]) for name, (state, tell) in drawn.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    exponent=st.floats(-30.0, math.log10(3e38)),
+    unit=st.lists(st.floats(-1.0, 1.0), min_size=P, max_size=P, unique=True),
+    special=st.lists(st.sampled_from(SPECIAL), max_size=P),  # the first members' fitness
+    tie=st.booleans(),
+)
+def test_any_scale_keeps_the_centre_finite_and_distinct_fitness_moves_it(
+    drawn, exponent, unit, special, tie
+):
+    scale = 10.0**exponent
+    values = np.float32(np.clip(np.asarray(unit) * scale, -3e38, 3e38))
+    if tie:
+        values[: P // 2] = values[0]
+    fitness = special + values.tolist()[len(special) :]
+    finite_and_distinct = not special and len(set(fitness)) == P
+    for name, (before, after) in tell_all(drawn, fitness).items():
+        moved = centre(after)
+        assert np.all(np.isfinite(moved)), (name, fitness)
+        if finite_and_distinct:
+            assert np.any(moved != centre(before)), (name, fitness)
+
+
+@pytest.mark.parametrize("magnitude", [1e20, 1e38])
+def test_ars_steps_the_same_at_any_fitness_scale(drawn, magnitude):
+    """ARS's step is scale-free (rewards over their standard deviation): at 1e20 it stayed
+    put ("applied", centre unmoved) and at 1e38 it became NaN before scaling came first."""
+    unit = np.array([1.0, -0.5, 0.25, 0.75, -1.0, 0.5, 0.0, -0.25], np.float32)
+    state, tell = drawn["ars"]
+    base = centre(tell(state, jnp.asarray(unit))[0])
+    big = centre(tell(state, jnp.asarray(unit * np.float32(magnitude)))[0])
+    assert np.any(base != 0.0)
+    np.testing.assert_allclose(big, base, rtol=1e-4, atol=1e-7)
