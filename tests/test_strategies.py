@@ -390,20 +390,37 @@ def check_cma_update(state, pop, fitness, new_state):
     close(float(new_state.sigma), sigma * math.exp(change), "CMA-ES σ", rtol=1e-4)
 
 
-def check_xnes_update(state, pop, fitness, new_state):
-    """Glasmachers et al. (2010): σ' = σ exp(η/2 tr(G)/d), B' = B expm(η/2 (G - tr(G)/d I))
-    with G = Σ u_i z_i z_iᵀ, from the explicit population."""
+def check_xnes_update(state, pop, fitness, new_state, eta_sigma=None, eta_b=None):
+    """Glasmachers et al. (2010): σ' = σ exp(η_σ/2 tr(G)/d), B' = B expm(η_B/2 (G - tr(G)/d I))
+    with G = Σ u_i z_i z_iᵀ, from the explicit population; both η default to the paper's."""
     from scipy.linalg import expm
 
     theta = flat(state.params)
     d = theta.size
     eta = 3 * (3 + math.log(d)) / (5 * d * math.sqrt(d))
+    eta_sigma = eta if eta_sigma is None else eta_sigma
+    eta_b = eta if eta_b is None else eta_b
     sigma = float(state.sigma)
     b = np.asarray(state.shape, np.float64)
     z = np.linalg.solve(b, ((pop - theta[None]) / sigma).T).T
     u = snes_utilities(fitness)
     g = (z.T * u) @ z
     g_sigma = np.trace(g) / d
-    close(float(new_state.sigma), sigma * math.exp(eta / 2 * g_sigma), "xNES σ", rtol=1e-4)
-    expected = b @ expm(eta / 2 * (g - g_sigma * np.eye(d)))
+    close(float(new_state.sigma), sigma * math.exp(eta_sigma / 2 * g_sigma), "xNES σ", rtol=1e-4)
+    expected = b @ expm(eta_b / 2 * (g - g_sigma * np.eye(d)))
     close(np.asarray(new_state.shape), expected, "xNES B", rtol=1e-3)
+
+
+def test_xnes_takes_each_learning_rate_for_its_own_quantity():
+    """η_σ and η_B set apart (the defaults are equal, so a swap or an ignored one hid)."""
+    es = jaxes.xnes(P, 0.3, learning_rate=0.05, sigma_learning_rate=0.4, shape_learning_rate=0.03)
+    state = es.init(jax.random.key(0), PARAMS)
+    for g in range(2):  # off the identity shape, so B' depends on B
+        population, state = es.ask(jax.random.key(10 + g), state)
+        state, _ = es.tell(state, jax.vmap(fitness_fn)(population))
+    population, state = es.ask(jax.random.key(99), state)
+    fitness = jax.vmap(fitness_fn)(population)
+    new_state, _ = jax.jit(es.tell)(state, fitness)
+    pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
+    fitness = np.asarray(fitness, np.float64)
+    check_xnes_update(state, pop, fitness, new_state, eta_sigma=0.4, eta_b=0.03)
