@@ -295,3 +295,27 @@ def test_each_criterion_fires_on_its_own_condition():
     axes = jnp.eye(3).at[:, 7 % 3].set(1e-20)  # the axis generation 7 tries
     assert bool(criteria(filled(rising, rising), axes=axes).noeffectaxis)
     assert bool(criteria(filled(rising, rising), informative=jnp.array(False)).flat_fitness)
+
+
+def test_each_threshold_is_where_pycma_puts_it_on_both_sides():
+    """Probes 10 % on either side of each threshold (the probes above sit 10-10⁴× past them, so
+    a tolx 10⁴ times too loose passed)."""
+    rising = filled(np.linspace(-10.0, -1.0, 10), np.linspace(-11.0, -2.0, 10))
+    # tolx: σ·max √C_ii and σ·max |p_c| both below 1e-12·σ0 (σ0 = 1, C = I, p_c = 1).
+    assert bool(criteria(rising, sigma=jnp.array(0.9e-12)).tolx)
+    assert not bool(criteria(rising, sigma=jnp.array(1.1e-12)).tolx)
+    # A small σ·√C with a long p_c is still moving: not tolx.
+    assert not bool(criteria(rising, sigma=jnp.array(0.5e-12), path_c=jnp.full(3, 4.0)).tolx)
+    # tolfun: this generation's range and the recent best's range both below 1e-11.
+    level = filled(np.zeros(10), np.full(10, -1.0))
+    assert bool(criteria(level, fitness=jnp.array([0.0, 0.9e-11, 0.0])).tolfun)
+    assert not bool(criteria(level, fitness=jnp.array([0.0, 1.1e-11, 0.0])).tolfun)
+    stepped = filled(np.r_[np.zeros(9), 1.1e-11], np.full(10, -1.0))
+    assert not bool(criteria(stepped, fitness=jnp.zeros(3)).tolfun)
+    # conditioncov: (max/min axis length)² above 1e14.
+    for smallest, fires in ((0.9e-7, True), (1.1e-7, False)):
+        lengths = jnp.array([1.0, 1.0, smallest])
+        assert bool(criteria(rising, axis_lengths=lengths).conditioncov) is fires
+    # tolupsigma: σ·max D above 1e20·σ0.
+    assert bool(criteria(rising, sigma=jnp.array(1.1e20)).tolupsigma)
+    assert not bool(criteria(rising, sigma=jnp.array(0.9e20)).tolupsigma)
