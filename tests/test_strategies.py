@@ -388,6 +388,22 @@ def check_cma_update(state, pop, fitness, new_state):
     close(np.asarray(new_state.covariance), expected, "CMA-ES covariance", rtol=1e-3)
     change = np.clip(cs / ds * (np.linalg.norm(ps) / chi - 1), -1, 1)
     close(float(new_state.sigma), sigma * math.exp(change), "CMA-ES σ", rtol=1e-4)
+    return h
+
+
+def test_cma_es_stalls_p_c_when_p_sigma_is_long():
+    """h_σ = 0 (p_σ far longer than expected): p_c loses its new step and C gets the
+    c1·c_c(2 - c_c) term back. Every sampled state had h_σ = 1, so forcing it to 1 passed."""
+    es = STRATEGIES["cma_es"]()
+    state = es.init(jax.random.key(0), PARAMS)
+    population, state = es.ask(jax.random.key(99), state)
+    long_path = jnp.full_like(state.path_sigma, 10.0)  # |p_σ| = 10 √d, χ_d ≈ √d
+    state = state._replace(path_sigma=long_path, path_c=jnp.linspace(-1.0, 1.0, 17))
+    fitness = jax.vmap(fitness_fn)(population)
+    new_state, _ = jax.jit(es.tell)(state, fitness)
+    pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
+    h = check_cma_update(state, pop, np.asarray(fitness, np.float64), new_state)
+    assert h == 0.0
 
 
 def check_xnes_update(state, pop, fitness, new_state, eta_sigma=None, eta_b=None):
