@@ -53,6 +53,9 @@ GRID: dict[str, dict[str, str]] = {
         "sigma": "0.038",
         "learning-rate": "0.022",
     },
+    "r1-neuroevobench": {**LOW_RANK, "sigma": "0.038", "learning-rate": "0.022"},
+    # A quarter of VBN's reference batch: its pass is most of a factored generation.
+    "r1-reference32": {**LOW_RANK, "vbn-reference-size": "32"},
     "conv-r1-population512": {"policy": "conv", **LOW_RANK, "population": "512"},
     "conv-r1-l2=0": {"policy": "conv", **LOW_RANK, "l2-coeff": "0.0"},
 }
@@ -118,15 +121,31 @@ def sweep_game(args, argv, game: str) -> None:
         record["settings"].append(entry)
         write_json(path, record)
         print(f"{game} {name}: {summary_line(entry)}", flush=True)
+        if cut_short(result["sitting"]):  # recorded as such, and the sweep stops
+            raise SystemExit(130)
+
+
+def cut_short(sitting: dict) -> bool:
+    """Whether a setting's run ended before its budget: Ctrl-C here, or the run interrupted
+    or failed on its own.
+
+    Example:
+      >>> cut_short({"interrupted": False, "stopped_for_wall": True, "returncode": 130})
+      False
+    """
+    ended_early = not sitting["stopped_for_wall"] and sitting["returncode"] != 0
+    return sitting["interrupted"] or ended_early
 
 
 def summary_line(entry: dict) -> str:
     last = entry["median_final_eval_return"]
     steps = entry["median_env_steps"]
+    cut = " (cut short)" if cut_short(entry["game"]["sitting"]) else ""
     return (
         f"median last eval {'-' if last is None else f'{last:.2f}'} "
-        f"(seeds {entry['final_eval_returns']}), env steps {steps:.3g}, "
-        f"{entry['median_generations']:.0f} generations, {entry['wall_minutes']:.1f} min"
+        f"(seeds {entry['final_eval_returns']}), median best "
+        f"{entry['median_best_eval_return']}, env steps {steps:.3g}, "
+        f"{entry['median_generations']:.0f} generations, {entry['wall_minutes']:.1f} min{cut}"
     )
 
 

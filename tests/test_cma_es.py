@@ -12,7 +12,7 @@ import pytest
 
 import jaxes
 from jaxes.strategies import restarts, termination
-from jaxes.strategies.cma_es import default_population_size
+from jaxes.strategies.cma_es import default_population_size, weights
 
 D = 10
 RNG = np.random.default_rng(0)
@@ -319,3 +319,29 @@ def test_each_threshold_is_where_pycma_puts_it_on_both_sides():
     # tolupsigma: σ·max D above 1e20·σ0.
     assert bool(criteria(rising, sigma=jnp.array(1.1e20)).tolupsigma)
     assert not bool(criteria(rising, sigma=jnp.array(0.9e20)).tolupsigma)
+
+
+def test_the_lazy_eigendecomposition_keeps_b_and_d_between_refreshes():
+    """d = 200, λ = 8: B and D are refreshed every 4 generations (pycma's gap), the case real
+    policy sizes take; every other test's d refreshes each generation."""
+    d = 200
+    es = jaxes.cma_es(8, sigma=0.3)
+    assert weights(d, 8).eigen_gap == 4
+    scale = jnp.logspace(0.0, 3.0, d)
+    state = es.init(jax.random.key(0), jnp.ones(d))
+    ask, tell = jax.jit(es.ask), jax.jit(es.tell)
+    refreshes = 0
+    for g in range(9):
+        population, state = ask(jax.random.key(g), state)
+        before = state
+        state, _ = tell(state, -jnp.sum(scale * population**2, axis=1))
+        if int(state.refreshed) == int(state.generation):  # refreshed at this tell
+            refreshes += 1
+            rebuilt = (state.axes * state.scales**2) @ state.axes.T
+            np.testing.assert_allclose(rebuilt, state.covariance, atol=1e-5)
+        else:  # kept: the last refresh's B and D, though C moved on
+            np.testing.assert_array_equal(state.axes, before.axes)
+            np.testing.assert_array_equal(state.scales, before.scales)
+            assert not np.allclose(state.covariance, before.covariance)
+    assert refreshes == 2  # after generations 4 and 8
+    assert not np.allclose(state.axes, np.eye(d))  # a refresh turned them
