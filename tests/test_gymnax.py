@@ -17,20 +17,21 @@ from jaxes import parallel, training
 from jaxes.app import commands, presets
 from jaxes.app.config import ConfigError, TrainConfig, build
 from jaxes.step import generation_step
+from jaxes.tasks.control import running_stats
 from jaxes.tasks.gymnax import envs, gymnax_task
 
 KEY = jax.random.key(7)
 
 
-def python_returns(task, members, key, episodes, action_repeat=1):
+def python_returns(task, members, key, episodes, state, action_repeat=1):
     """Each member's mean return from ``env.reset``/``env.step`` in a Python loop, with the
     keys the task documents (episode ``e``: ``reset, steps = split(keys[e])``; env step ``n``
-    draws ``fold_in(steps, n)``) and the task's own ``act``; and the most decisions any
-    episode took."""
+    draws ``fold_in(steps, n)``) and each action computed here from the network's output
+    (``hand_action``, not the task's ``act``); and the most decisions any episode took."""
     env, env_params = task.env, task.env_params
     length = int(env_params.max_steps_in_episode)
-    state = task.init(jax.random.key(1))
-    act = jax.jit(task.act)
+    stats = state.obs_stats
+    apply = jax.jit(task.policy.module.apply)
     out, longest = [], 0
     for i in range(jax.tree.leaves(members)[0].shape[0]):
         params = jax.tree.map(lambda x, i=i: x[i], members)
@@ -40,7 +41,7 @@ def python_returns(task, members, key, episodes, action_repeat=1):
             obs, env_state = env.reset(reset_key, env_params)
             total, n, done, decisions = 0.0, 0, False, 0
             while not done and n < length:
-                action = act(params, obs, state)
+                action = hand_action(task, apply, params, obs, stats)
                 decisions += 1
                 for _ in range(action_repeat):
                     obs, env_state, reward, term, trunc, _ = env.step(
@@ -55,6 +56,26 @@ def python_returns(task, members, key, episodes, action_repeat=1):
             longest = max(longest, decisions)
         out.append(np.mean(returns))
     return np.array(out), longest
+
+
+def hand_action(task, apply, params, obs, stats):
+    """The discrete action of a normalising task: the grid as a vector, ``(x - mean) / std``
+    (std floored at 1e-3, clipped to ±10), the network's logits, their argmax."""
+    x = np.asarray(obs, np.float32).reshape(-1)
+    std = np.maximum(np.sqrt(np.asarray(running_stats.variance(stats))), 1e-3)
+    x = np.clip((x - np.asarray(stats.mean)) / std, -10.0, 10.0)
+    logits = apply(params, jnp.asarray(x, jnp.float32).reshape(np.shape(obs)))
+    return int(np.argmax(np.asarray(logits)))
+
+
+def with_stats(task, key):
+    """``task.init``'s state with observation statistics of a few random observations, so
+    normalisation changes the inputs."""
+    state = task.init(jax.random.key(1))
+    size = state.obs_stats.mean.shape[0]
+    x = 2.0 + 3.0 * jax.random.normal(key, (16, size))
+    moments = running_stats.batch_moments(state.obs_stats, x, jnp.ones(16))
+    return state._replace(obs_stats=running_stats.merge(state.obs_stats, moments))
 
 
 def perturbed(task, count, scale):
@@ -92,8 +113,9 @@ def test_fitness_equals_a_python_loop(env_name, policy, hidden, repeat, length, 
         chunk_length=chunk,
     )
     members = perturbed(task, 3, 0.5)
-    fitness, _, info = jax.jit(task.evaluate)(KEY, members, task.init(jax.random.key(1)))
-    expected, longest = python_returns(task, members, KEY, 2, repeat)
+    state = with_stats(task, jax.random.key(2))
+    fitness, _, info = jax.jit(task.evaluate)(KEY, members, state)
+    expected, longest = python_returns(task, members, KEY, 2, state, repeat)
     np.testing.assert_allclose(np.asarray(fitness), expected, rtol=1e-5)
     assert int(info.episodes) == 6
     # The batch stops at the end of the chunk in which its longest episode ended.
