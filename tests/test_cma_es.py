@@ -29,16 +29,21 @@ def ellipsoid(x):
     return jnp.sum(SCALES * z**2, axis=-1)
 
 
-def best_f_within_budget(es, seed=0):
+def axis_ellipsoid(x):
+    """The same ellipsoid without the rotation: separable, what a diagonal C can follow."""
+    return jnp.sum(SCALES * (x - OPTIMUM) ** 2, axis=-1)
+
+
+def best_f_within_budget(es, seed=0, f=ellipsoid):
     """The lowest f any member reached within BUDGET evaluations (float64)."""
     generations = BUDGET // es.population_size
     state = es.init(jax.random.key(seed), jnp.zeros(D, jnp.float64))
 
     def generation(state, key):
         population, state = es.ask(key, state)
-        f = ellipsoid(population)
-        state, _ = es.tell(state, -f)
-        return state, jnp.min(f)
+        values = f(population)
+        state, _ = es.tell(state, -values)
+        return state, jnp.min(values)
 
     run = jax.jit(lambda s, k: jax.lax.scan(generation, s, jax.random.split(k, generations)))
     _, best = run(state, jax.random.key(seed + 1))
@@ -65,9 +70,12 @@ def test_full_covariance_solves_the_rotated_ellipsoid(x64, name):
     assert best_f_within_budget(es) <= 1e-10
 
 
-def test_a_diagonal_covariance_does_not(x64):
-    """Sep-CMA-ES cannot follow the rotated valley in the same budget."""
+def test_a_diagonal_covariance_does_not_but_solves_the_unrotated_one(x64):
+    """Sep-CMA-ES cannot follow the rotated valley in the same budget, yet reaches 1e-10 on
+    the same ellipsoid unrotated (measured: about 2,800 evaluations of the 12,000), so a
+    broken sep_cma_es cannot pass the first half alone."""
     assert best_f_within_budget(jaxes.sep_cma_es(LAM, sigma=2.0)) > 1e-4
+    assert best_f_within_budget(jaxes.sep_cma_es(LAM, sigma=2.0), f=axis_ellipsoid) <= 1e-10
 
 
 def test_recombination_equals_pycma_on_the_same_members(x64):
