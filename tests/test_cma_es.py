@@ -222,6 +222,22 @@ def test_bipop_interleaves_small_runs(x64):
     assert large == [6, 12, 24, 48]  # the first run and max_restarts = 3 more
     assert all(r.reason == "flat_fitness" for r in result.runs)
     assert any(r.sigma < 1.0 for r in result.runs)  # the small regime ran with a smaller σ0
+    # Each small run's (λ_s, σ_s) from the driver's draws (two uniforms per small run, from a
+    # NumPy generator seeded by the key): λ_s = ⌊λ0 (λ_large / 2λ0)^(u²)⌋, σ_s = σ0 10^(-2v).
+    seed = np.asarray(jax.random.key_data(jax.random.key(0))).ravel().tolist()
+    rng = np.random.default_rng(seed)
+    lam_large, small = 6, 0
+    for run in result.runs:
+        if run.sigma == 1.0:
+            lam_large = run.population_size
+            continue
+        small += 1
+        u = rng.uniform()
+        assert run.population_size == max(2, int(6 * (lam_large / 12) ** (u * u)))
+        assert run.sigma == pytest.approx(10 ** (-2 * rng.uniform()))
+        if lam_large > 6:  # after the first large restart, at most half the large λ
+            assert run.population_size <= lam_large // 2
+    assert small >= 2
 
 
 @pytest.mark.parametrize(
