@@ -99,3 +99,8 @@ def test_a_gymnax_run_and_its_resume_split_over_every_core_too(tmp_path):
     assert f"P=8 on {cores} " in first and "(CPU: one per core" in first, first
     resumed = train(tmp_path / "cartpole", *flags, "--generations", "10", "--resume")
     assert f"P=8 on {cores} " in resumed and "(CPU: one per core" in resumed, resumed
+    # ... and the split, interrupted and resumed run ends where one device's straight run does.
+    train(tmp_path / "straight", *flags, "--generations", "10", "--devices", "1")
+    np.testing.assert_allclose(
+        final_params(tmp_path / "cartpole"), final_params(tmp_path / "straight"), atol=1e-6
+    )
