@@ -69,7 +69,7 @@ Run:
   .venv/bin/python benchmarks/table3.py --results /tmp/t3 --runs /tmp/t3-runs \
       --brax-es-from benchmarks/results/table3-2026-12-01   # re-sit; reuse valid Brax ES runs
   .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
-`--quick`: inverted_pendulum, seeds 0-1, 20,000 env steps, no Brax ES, results in `--results`
+`--quick`: inverted_pendulum, seeds 0-1, 50,000 env steps, no Brax ES, results in `--results`
 (a temporary folder if not given), never in benchmarks/results.
 """
 
@@ -133,7 +133,7 @@ REPORT_EVERY_S = 60.0
 SIGINT_GRACE_S = 60.0  # `jaxes train` exits at once on SIGINT; this is a safety net
 BRAX_ES_DEFAULT_ENVS = ("hopper", "halfcheetah", "inverted_double_pendulum")
 BRAX_EVALS = 1000  # Brax ES evaluates every N / BRAX_EVALS env steps
-QUICK = {"env": "inverted_pendulum", "seeds": "0-1", "timesteps": 20_000}
+QUICK = {"env": "inverted_pendulum", "seeds": "0-1", "timesteps": 50_000}
 DEFAULT_RUNS = Path.home() / ".cache" / "jaxes" / "table3-runs"
 DOCS = REPO / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- table3:start -->", "<!-- table3:end -->"

@@ -173,7 +173,7 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
 
 
 def test_quick_sweep(tmp_path):
-    """The real thing, small: `jaxes train --seeds 0-1 --timesteps 20000` on
+    """The real thing, small: `jaxes train --seeds 0-1 --timesteps 50000` on
     inverted_pendulum, read back into a result JSON and a table."""
     runs = tmp_path / "runs"
     proc = subprocess.run(
@@ -203,13 +203,22 @@ def test_quick_sweep(tmp_path):
         assert all(x is None or (isinstance(x, int) and x > 0) for x in crossings)
         curve = [(s, v) for s, v, _ in seed["curve"]]
         assert curve, "no evaluation recorded"
-        assert crossings == [table3.first_crossing(curve, t) for t in thresholds]
+        # Read again from metrics.jsonl here, not with the functions that computed them.
+        metrics = runs / "inverted_pendulum" / f"seed-{seed['seed']}" / "metrics.jsonl"
+        evals = [json.loads(line) for line in metrics.read_text().splitlines()]
+        evals = [x for x in evals if x.get("eval_return") is not None]
+        for threshold, crossing in zip(thresholds, crossings, strict=True):
+            hits = [x["total_env_steps"] for x in evals if x["eval_return"] >= threshold]
+            assert crossing == (hits[0] if hits else None)
         # The run stops after the generation that reaches the budget (or at the last score).
         assert seed["max_generation_env_steps"] > 0
         assert seed["env_steps_used"] <= budget + seed["max_generation_env_steps"]
         if seed["stopped"] == "timesteps":
             assert seed["env_steps_used"] >= budget
         assert 0 < seed["alive_steps_used"] <= seed["env_steps_used"]
+    # It learns: a seed reaches TRPO's 25 % score (measured: seed 0 at 17,200 env steps, seed 1
+    # not by 50,000; AMD EPYC).
+    assert any(seed["threshold_env_steps"][0] is not None for seed in record["seeds"])
     for i, median in enumerate(record["median"]["threshold_env_steps"]):
         assert median == table3.median_steps([s["threshold_env_steps"][i] for s in record["seeds"]])
     # The report's plot draws from the same record.
