@@ -10,8 +10,8 @@ import sys
 import jax
 import numpy as np
 import pytest
-
 from conftest import TINY_FLAGS
+
 from jaxes import parallel
 from jaxes.parallel import COLLECTIVE_TIMEOUT_FLAG, DEVICE_COUNT_FLAG, CpuDevices
 
