@@ -17,8 +17,9 @@ tanh MLP at hopper's sizes (11 observations, 3 actions). P = 256 and 768.
 
 End to end (`--part e2e`): simulated env steps per second of whole generations (ask, rollout,
 tell; `training.block_runner` without evals), full-rank against r = 1, for Breakout at the
-MinAtar preset (P = 256, vbn_conv, gymnax's 1000-step episodes), the same with the preset's
-network without VBN (conv), and for hopper at its preset (Brax spring, linear policy). Each
+MinAtar preset (P = 256, vbn_conv, gymnax's 1000-step episodes), r = 1 with a 32-observation
+VBN reference (the MinAtar sweep's best of round 1), the same with the preset's network
+without VBN (conv), and for hopper at its preset (Brax spring, linear policy). Each
 setting is timed over `--generations` generations after a compile-and-warm-up block,
 alternating settings within a round, median of rounds.
 
@@ -122,6 +123,12 @@ def e2e_settings(quick: bool):
     return [
         ("breakout_full", "Breakout-MinAtar", {"noise": "table"}),
         ("breakout_lowrank_r1", "Breakout-MinAtar", {"noise": "lowrank", "noise_rank": 1}),
+        # The best of the MinAtar sweep's round 1: a quarter of VBN's reference batch.
+        (
+            "breakout_lowrank_r1_reference32",
+            "Breakout-MinAtar",
+            {"noise": "lowrank", "noise_rank": 1, "vbn_reference_size": 32},
+        ),
         # The preset's network without virtual batch normalisation: the reference pass
         # (128 forwards per member per generation) costs the same in both forms.
         ("breakout_conv_full", "Breakout-MinAtar", {"noise": "table", "policy": "conv"}),
