@@ -67,7 +67,7 @@ Run:
   .venv/bin/python benchmarks/table3.py --envs hopper,swimmer --wall-minutes 30
   .venv/bin/python benchmarks/table3.py --write-docs          # also docs/benchmarks.md + plot
   .venv/bin/python benchmarks/table3.py --results /tmp/t3 --runs /tmp/t3-runs \
-      --brax-es-from benchmarks/results/table3-2026-12-01   # re-sit; reuse valid Brax ES runs
+      --brax-es-from DIR   # a re-sit: reuse the valid Brax ES runs recorded in DIR
   .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
 `--quick`: inverted_pendulum, seeds 0-1, 50,000 env steps, no Brax ES, results in `--results`
 (a temporary folder if not given), never in benchmarks/results.
