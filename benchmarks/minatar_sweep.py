@@ -39,6 +39,7 @@ from pathlib import Path
 import _driver as driver
 import minatar
 from _common import RESULTS, machine_info, write_json
+from table3_sweep import row_slug
 
 # The row the grid is laid over (`jaxes train` flags, no dashes): round 1 is the preset.
 ROW: dict[str, str] = {}
@@ -62,16 +63,6 @@ GRID: dict[str, dict[str, str]] = {
 SEEDS = "0-2"
 WALL_MINUTES = 10.0
 DEFAULT_RUNS = Path.home() / ".cache" / "jaxes" / "minatar-sweep-runs"
-
-
-def row_slug(row: dict[str, str]) -> str:
-    """A row as a short name (for run directories and the table).
-
-    Example:
-      >>> row_slug({"policy": "conv", "noise": "lowrank"}), row_slug({})
-      ('noise=lowrank,policy=conv', 'preset')
-    """
-    return ",".join(f"{k}={v}" for k, v in sorted(row.items())) or "preset"
 
 
 def setting_result(game: dict) -> dict:
