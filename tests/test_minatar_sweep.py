@@ -16,7 +16,7 @@ import minatar_sweep  # noqa: E402
 
 
 def test_a_settings_flags_reach_the_train_command(tmp_path):
-    flags = {**minatar_sweep.ROW, **minatar_sweep.GRID["conv-r1-neuroevobench"]}
+    flags = {**minatar_sweep.ROW, **minatar_sweep.GRID["conv-neuroevobench"]}
     args = minatar.parse_args(
         ["--games", "Breakout", "--runs", str(tmp_path)]
         + [f"--set={flag}={value}" for flag, value in flags.items()]
@@ -37,7 +37,7 @@ def test_a_set_value_without_flag_and_value_is_refused(bad, capsys):
 
 def test_an_unknown_sweep_setting_is_refused(capsys):
     with pytest.raises(SystemExit):
-        minatar_sweep.parse_args(["--settings", "preset,nonsense"])
+        minatar_sweep.parse_args(["--settings", "row,nonsense"])
     assert "nonsense" in capsys.readouterr().err
 
 
