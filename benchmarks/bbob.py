@@ -126,7 +126,7 @@ def out_dir(quick: bool) -> Path:
 
 
 def default_population_size(d: int) -> int:
-    from jaxes.strategies.cma_es import default_population_size as default
+    from jaxes.strategies.cma_constants import default_population_size as default
 
     return default(d)
 

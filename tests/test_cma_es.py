@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jaxes
-from jaxes.strategies import restarts, termination
-from jaxes.strategies.cma_es import default_population_size, weights
+from jaxes.strategies import cma_constants, restarts, termination
+from jaxes.strategies.cma_constants import default_population_size, weights
 
 D = 10
 RNG = np.random.default_rng(0)
@@ -369,3 +369,24 @@ def test_the_lazy_eigendecomposition_keeps_b_and_d_between_refreshes():
             assert not np.allclose(state.covariance, before.covariance)
     assert refreshes == 2  # after generations 4 and 8
     assert not np.allclose(state.axes, np.eye(d))  # a refresh turned them
+
+
+@pytest.mark.parametrize("d, lam", [(2, 8), (10, 10), (40, 15), (100, 8)])
+def test_the_cma_rates_and_weights_are_pycmas(d, lam):
+    """One module holds both CMA files' constants (issue 40); cma_es's are pycma's own."""
+    reference = cma.CMAEvolutionStrategy(np.zeros(d), 1.0, {"popsize": lam, "verbose": -9})
+    w = cma_constants.weights(d, lam)
+    r = w.rates
+    sp, csa = reference.sp, reference.adapt_sigma
+    mine = [r.mu_eff, r.c_1, r.c_mu, r.c_c, r.c_sigma, r.d_sigma]
+    pycmas = [sp.weights.mueff, sp.c1, sp.cmu, sp.cc, csa.cs, csa.damps]
+    np.testing.assert_allclose(mine, pycmas, rtol=1e-12)
+    np.testing.assert_allclose(w.positive + w.negative, np.asarray(sp.weights), atol=1e-15)
+
+
+def test_the_stated_departures_from_pycma_hold():
+    """The diagonal rates are Ros & Hansen's (d + 2)/3 scaling of the full model's."""
+    full, diagonal = (cma_constants.rates(10, 3.0, diagonal=flag) for flag in (False, True))
+    assert diagonal.c_1 == pytest.approx(4 * full.c_1)
+    assert diagonal.c_mu == pytest.approx(min(1 - diagonal.c_1, 4 * full.c_mu))
+    assert diagonal._replace(c_1=0, c_mu=0) == full._replace(c_1=0, c_mu=0)

@@ -221,9 +221,9 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
         expected = sigma * np.exp(eta / 2 * (snes_utilities(fitness) @ (z**2 - 1)))
         close(flat(new_state.sigma), expected, "SNES σ")
     elif name == "sep_cma_es":  # rank-μ term Σ w_i y_i² with y_i = (x_i - m)/σ
-        from jaxes.strategies.sep_cma_es import cma_constants
+        from jaxes.strategies import cma_constants
 
-        k = cma_constants(theta.size, 6)
+        k = cma_constants.rates(theta.size, 1 / np.sum(cma_constants.elite_weights(6) ** 2), True)
         y = (pop - theta[None]) / float(state.sigma)
         w = cma_weights(fitness, 6)
         c = flat(state.variances)

@@ -41,6 +41,21 @@ def default_sigma_floor(dtype) -> float:
     return DEFAULT_SIGMA_FLOOR * ratio
 
 
+def floor_sigma(sigma, sigma_floor=None) -> jax.Array:
+    """``sigma`` (a JAX scalar or array) never below ``sigma_floor`` (``None``:
+    ``default_sigma_floor`` of its dtype); NaN gives the floor too, so a bad σ never reaches
+    the parameters.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> floor_sigma(jnp.array([0.5, 0.0, jnp.nan]), 0.1).tolist()
+      [0.5, 0.10000000149011612, 0.10000000149011612]
+    """
+    dtype = jnp.result_type(sigma)
+    low = jnp.asarray(default_sigma_floor(dtype) if sigma_floor is None else sigma_floor, dtype)
+    return jnp.where(sigma > low, sigma, low)
+
+
 def check_population_size(population_size, antithetic: bool) -> int:
     """``P`` must be a static int >= 2, and even with antithetic pairs (a pair is ``±ε``;
     strategies that sample independent members, such as snes and sep_cma_es by default,
@@ -71,9 +86,7 @@ def sigma_schedule(sigma, sigma_floor=None) -> Schedule:
     floor = None if sigma_floor is None else check_positive("sigma_floor", sigma_floor)
 
     def floored(value, dtype):
-        value = jnp.asarray(value, dtype)
-        low = jnp.asarray(default_sigma_floor(dtype) if floor is None else floor, dtype)
-        return jnp.where(value > low, value, low)
+        return floor_sigma(jnp.asarray(value, dtype), floor)
 
     if callable(sigma):
         return lambda generation, dtype=jnp.float32: floored(sigma(generation), dtype)

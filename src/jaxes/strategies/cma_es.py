@@ -15,11 +15,9 @@ whitened) with the last ``B`` and ``D``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -28,11 +26,10 @@ from jaxes.strategies import _full, termination
 from jaxes.strategies._settings import (
     check_fixed_sigma,
     check_population_size,
-    default_sigma_floor,
 )
 from jaxes.strategies._spec import Estimate
 from jaxes.strategies.base import StrategyInfo, state_type
-from jaxes.strategies.sep_cma_es import stall_indicator
+from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
 from jaxes.types import Strategy
 
 CMAState = state_type(
@@ -54,70 +51,6 @@ CMAState = state_type(
 CMAInfo = termination.TerminationInfo
 
 
-class Weights(NamedTuple):
-    """CMA-ES's recombination weights by rank (best first) and the learning rates they give."""
-
-    positive: np.ndarray
-    negative: np.ndarray
-    mu_eff: float
-    c_sigma: float
-    d_sigma: float
-    c_c: float
-    c_1: float
-    c_mu: float
-    chi_n: float
-    eigen_gap: int
-
-
-def default_population_size(d: int) -> int:
-    """Hansen's default ``λ = 4 + ⌊3 ln d⌋``.
-
-    Example:
-      >>> default_population_size(10), default_population_size(1000)
-      (10, 24)
-    """
-    return 4 + int(math.floor(3 * math.log(d)))
-
-
-def weights(d: int, population_size: int, elite_size: int | None = None, active=True) -> Weights:
-    """The tutorial's defaults (its table 1, with pycma's ``c_σ`` and ``c_μ``):
-    ``w'_k = ln((λ+1)/2) - ln k``, the best ``μ``
-    normalised to sum to one; the rest (active CMA) scaled to
-    ``min(1 + c_1/c_μ, 1 + 2μ⁻_eff/(μ_eff + 2), (1 - c_1 - c_μ)/(d c_μ))`` in absolute sum.
-
-    Example:
-      >>> w = weights(10, 10)
-      >>> round(float(w.positive.sum()), 6), round(w.mu_eff, 3), w.eigen_gap
-      (1.0, 3.167, 1)
-    """
-    lam = population_size
-    mu = lam // 2 if elite_size is None else elite_size
-    k = np.arange(1, lam + 1, dtype=np.float64)
-    raw = math.log((lam + 1) / 2) - np.log(k)
-    if elite_size is not None:  # the log weights of μ = elite_size, as pycma's CMA_mu
-        raw = math.log(mu + 0.5) - np.log(k)
-    pos = np.where(k <= mu, np.maximum(raw, 0.0), 0.0)
-    pos = pos / pos.sum()
-    mu_eff = 1.0 / float(np.sum(pos**2))
-    neg_raw = np.where(k > mu, np.minimum(raw, 0.0), 0.0)
-    # pycma's c_σ and c_μ (the tutorial has d + μ_eff + 5, and no 1/4 in c_μ).
-    c_sigma = min(0.5, (mu_eff + 2.0) / (d + mu_eff + 3.0))
-    d_sigma = 1.0 + 2.0 * max(0.0, math.sqrt((mu_eff - 1.0) / (d + 1.0)) - 1.0) + c_sigma
-    c_c = (4.0 + mu_eff / d) / (d + 4.0 + 2.0 * mu_eff / d)
-    c_1 = 2.0 / ((d + 1.3) ** 2 + mu_eff)
-    c_mu = min(1.0 - c_1, 2.0 * (0.25 + mu_eff - 2.0 + 1.0 / mu_eff) / ((d + 2.0) ** 2 + mu_eff))
-    negative = np.zeros(lam)
-    if active and np.any(neg_raw < 0):
-        mu_eff_neg = float(np.sum(neg_raw) ** 2 / np.sum(neg_raw**2))
-        bounds = [1.0 + 2.0 * mu_eff_neg / (mu_eff + 2.0)]
-        if c_mu > 0:
-            bounds += [1.0 + c_1 / c_mu, (1.0 - c_1 - c_mu) / (d * c_mu)]
-        negative = neg_raw * min(bounds) / float(np.sum(np.abs(neg_raw)))
-    chi_n = math.sqrt(d) * (1.0 - 1.0 / (4.0 * d) + 1.0 / (21.0 * d * d))
-    eigen_gap = max(1, int(1.0 / (10.0 * d * (c_1 + c_mu))))
-    return Weights(pos, negative, mu_eff, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n, eigen_gap)
-
-
 def cma_es(
     population_size: int,
     sigma=0.5,
@@ -133,7 +66,7 @@ def cma_es(
 
     Args:
       population_size: ``λ = P`` (>= 2); Hansen's default is
-        ``default_population_size(d) = 4 + ⌊3 ln d⌋``.
+        ``cma_constants.default_population_size(d) = 4 + ⌊3 ln d⌋``.
       sigma: the initial step size ``σ0`` (> 0): about a quarter of the search range.
       elite_size: ``μ``, the members recombined; ``None`` is ``λ // 2`` with the tutorial's
         weights.
@@ -239,8 +172,9 @@ def cma_es(
     return _full.build(spec, track_best)
 
 
-def cma_update(state, sample: _full.Sample, w_pos, w_neg, k: Weights, c_m, sigma_floor):
+def cma_update(state, sample: _full.Sample, w_pos, w_neg, w: Weights, c_m, sigma_floor):
     """The mean's (flat) step and the new σ, ``C``, paths and eigendecomposition."""
+    k = w.rates
     d = sample.z.shape[1]
     dtype = sample.z.dtype
     y_w = w_pos @ sample.y  # (M - m)/σ
@@ -258,14 +192,14 @@ def cma_update(state, sample: _full.Sample, w_pos, w_neg, k: Weights, c_m, sigma
     w_cov = w_pos + w_neg * d / jnp.maximum(sq, jnp.finfo(dtype).tiny)
     rank_mu = (sample.y * w_cov[:, None]).T @ sample.y
     stalled = (1 - h_sigma) * k.c_c * (2 - k.c_c)
-    total = float(k.positive.sum() + k.negative.sum())
+    total = float(w.positive.sum() + w.negative.sum())
     covariance = (
         (1 + k.c_1 * stalled - k.c_1 - k.c_mu * total) * state.covariance
         + k.c_1 * jnp.outer(path_c, path_c)
         + k.c_mu * rank_mu
     )
     covariance = (covariance + covariance.T) / 2
-    refresh = state.generation + 1 - state.refreshed >= k.eigen_gap
+    refresh = state.generation + 1 - state.refreshed >= w.eigen_gap
     axes, scales = jax.lax.cond(
         refresh,
         lambda: eigen(covariance),
@@ -281,14 +215,6 @@ def cma_update(state, sample: _full.Sample, w_pos, w_neg, k: Weights, c_m, sigma
         "refreshed": jnp.where(refresh, state.generation + 1, state.refreshed),
     }
     return step, changes
-
-
-def step_size(sigma, ps_norm, k: Weights, sigma_floor):
-    """Cumulative step-size adaptation, its log change clipped to ±1 as pycma's; never below
-    the floor."""
-    change = jnp.clip((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0), -1.0, 1.0)
-    floor = default_sigma_floor(sigma.dtype) if sigma_floor is None else sigma_floor
-    return jnp.maximum(sigma * jnp.exp(change), jnp.asarray(floor, sigma.dtype))
 
 
 def eigen(covariance: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -15,7 +15,6 @@ were, as in every jaxes strategy, instead of letting the mean drift and σ colla
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,11 +26,18 @@ from jaxes.strategies._settings import (
     NoiseSettings,
     check_fixed_sigma,
     check_population_size,
-    default_sigma_floor,
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies.base import EstimateStats, state_type
+from jaxes.strategies.cma_constants import (
+    Rates,
+    effective_mass,
+    elite_weights,
+    rates,
+    stall_indicator,
+    step_size,
+)
 from jaxes.types import Params, Strategy
 
 SepCMAState = state_type(
@@ -45,42 +51,6 @@ SepCMAState = state_type(
     ],
     __name__,
 )
-
-
-class CMAConstants(NamedTuple):
-    """The learning rates of (sep-)CMA-ES for ``n`` coordinates and weights ``w``."""
-
-    mu_eff: float
-    c_sigma: float
-    d_sigma: float
-    c_c: float
-    c_1: float
-    c_mu: float
-    chi_n: float
-
-
-def cma_constants(n: int, elite_size: int) -> CMAConstants:
-    """Hansen's defaults, with the covariance rates scaled by ``(n + 2)/3`` for the diagonal
-    model (Ros & Hansen 2008).
-
-    Example:
-      >>> c = cma_constants(10, 5)
-      >>> round(c.mu_eff, 3), round(c.c_sigma, 3)
-      (3.167, 0.284)
-    """
-    raw = [math.log(elite_size + 0.5) - math.log(k) for k in range(1, elite_size + 1)]
-    w = [x / sum(raw) for x in raw]
-    mu_eff = 1.0 / sum(x * x for x in w)
-    c_sigma = (mu_eff + 2.0) / (n + mu_eff + 5.0)
-    d_sigma = 1.0 + 2.0 * max(0.0, math.sqrt((mu_eff - 1.0) / (n + 1.0)) - 1.0) + c_sigma
-    c_c = (4.0 + mu_eff / n) / (n + 4.0 + 2.0 * mu_eff / n)
-    c_1 = 2.0 / ((n + 1.3) ** 2 + mu_eff)
-    c_mu = 2.0 * (mu_eff - 2.0 + 1.0 / mu_eff) / ((n + 2.0) ** 2 + mu_eff)
-    sep = (n + 2.0) / 3.0
-    c_1 = min(1.0, sep * c_1)
-    c_mu = min(1.0 - c_1, sep * c_mu)
-    chi_n = math.sqrt(n) * (1.0 - 1.0 / (4.0 * n) + 1.0 / (21.0 * n * n))
-    return CMAConstants(mu_eff, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n)
 
 
 def sep_cma_es(
@@ -178,7 +148,7 @@ def sep_cma_update(state: SepCMAState, y_moments, mu: int, c_m, sigma_floor):
     """The mean's step and the new ``σ``, ``C`` and paths, from the moments of ``y_i = δ_i/σ``
     (``tell`` runs it only when the fitness carries a ranking)."""
     n = trees.num_params(state.params)
-    k = cma_constants(n, mu)
+    k = rates(n, effective_mass(elite_weights(mu)), diagonal=True)
     # y_w = (M - m)/σ = Σ w_i y_i.
     y_w = centroid.centre_of_mass(y_moments)
     step = jax.tree.map(lambda y: c_m * state.sigma * y, y_w)
@@ -210,7 +180,7 @@ def sep_cma_update(state: SepCMAState, y_moments, mu: int, c_m, sigma_floor):
     return step, changes
 
 
-def conjugate_path(path_sigma: Params, y_w: Params, variances: Params, k: CMAConstants):
+def conjugate_path(path_sigma: Params, y_w: Params, variances: Params, k: Rates):
     """``p_σ``'s next value, from ``z_w = y_w / D`` (0 where a variance is 0)."""
     z_w = jax.tree.map(
         lambda y, c: jnp.where(c > 0, y / jnp.sqrt(jnp.where(c > 0, c, 1.0)), 0.0),
@@ -222,21 +192,3 @@ def conjugate_path(path_sigma: Params, y_w: Params, variances: Params, k: CMACon
         path_sigma,
         z_w,
     )
-
-
-def stall_indicator(ps_norm, generation, n: int, k: CMAConstants, dtype) -> jax.Array:
-    """``h_σ``: 1 while ``‖p_σ‖`` (bias-corrected) is not too long, else 0, which stalls
-    ``p_c`` so that a fast σ increase does not stretch ``C`` too."""
-    g = generation.astype(dtype) + 1.0
-    return (
-        ps_norm / jnp.sqrt(1.0 - (1.0 - k.c_sigma) ** (2.0 * g)) < (1.4 + 2.0 / (n + 1.0)) * k.chi_n
-    ).astype(dtype)
-
-
-def step_size(sigma, ps_norm, k: CMAConstants, sigma_floor):
-    """Cumulative step-size adaptation: σ grows when ``‖p_σ‖`` is longer than expected under
-    random selection (``χ_n``), shrinks when shorter; never below the floor."""
-    dtype = sigma.dtype
-    sigma = sigma * jnp.exp((k.c_sigma / k.d_sigma) * (ps_norm / k.chi_n - 1.0))
-    floor = default_sigma_floor(dtype) if sigma_floor is None else sigma_floor
-    return jnp.maximum(sigma, jnp.asarray(floor, dtype)).astype(dtype)

@@ -25,7 +25,7 @@ from jaxes.strategies import _full, termination
 from jaxes.strategies._settings import (
     check_fixed_sigma,
     check_population_size,
-    default_sigma_floor,
+    floor_sigma,
 )
 from jaxes.strategies._spec import Estimate
 from jaxes.strategies.base import StrategyInfo, state_type
@@ -69,7 +69,7 @@ def xnes(
     """xNES with a full covariance over the flattened params.
 
     Args:
-      population_size: ``λ = P`` (>= 2); ``cma_es.default_population_size(d)`` is the usual.
+      population_size: ``λ = P`` (>= 2); ``cma_constants.default_population_size(d)`` is the usual.
       sigma: the initial step size ``σ0`` (> 0).
       learning_rate: ``η_μ`` (> 0), the mean's step size.
       sigma_learning_rate, shape_learning_rate: ``η_σ`` and ``η_B`` (> 0); ``None``:
@@ -131,9 +131,8 @@ def xnes(
         values, vectors = jnp.linalg.eigh(0.5 * eta("shape_learning_rate", d) * g_b)
         rotation = (vectors * jnp.exp(values)[None, :]) @ vectors.T
         sigma = state.sigma * jnp.exp(0.5 * eta("sigma_learning_rate", d) * g_sigma)
-        floor = default_sigma_floor(sigma.dtype) if sigma_floor is None else sigma_floor
         return step, {
-            "sigma": jnp.maximum(sigma, jnp.asarray(floor, sigma.dtype)),
+            "sigma": floor_sigma(sigma, sigma_floor),
             "shape": state.shape @ rotation,
         }
 
