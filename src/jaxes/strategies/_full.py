@@ -8,8 +8,10 @@ row of the population and ``tell`` rebuilds every ``z_i`` instead of storing the
 the state's shared fields, the checks, the best-member recipe and the end of ``tell``.
 
 A spec gives ``factor(state) -> (σ, A)``, ``estimate(state, fitness, sample)`` with the rebuilt
-``Sample`` (``z`` and ``y = A z``, ``(P, d)``) and ``update(state, estimate) -> (step, changes)``
-with a flat step; ``build`` does the rest.
+``Sample`` (``z`` and ``y = A z``, ``(P, d)``), ``update(state, estimate) -> (step, changes)``
+with a flat step, and ``geometry(state)`` for pycma's termination criteria; ``build`` does the
+rest, the fitness history and the criteria included (every full-covariance state has
+``sigma`` and ``history`` fields).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
-from jaxes.strategies import _state, _tell
+from jaxes.strategies import _state, _tell, termination
 from jaxes.strategies._spec import Estimate
 from jaxes.strategies.base import BestMember, EstimateStats
 from jaxes.types import Strategy, StrategyTraits
@@ -56,10 +58,9 @@ class FullSpec(NamedTuple):
       estimate: ``estimate(state, fitness, sample) -> Estimate`` (``stats.moments`` are those
         of the displacements as pytrees; ``build`` offers ``moments_of``).
       update: ``update(state, estimate) -> (flat step, changes)``.
-      info: ``info(new_state, strategy_info, told) -> info``, the strategy's own
-        diagnostics (``told``: whether this ``tell`` had a pending ``ask``).
-      record: ``record(new_state, fitness, told) -> new_state``: bookkeeping every told
-        generation updates, whether or not its update applied (the fitness history).
+      geometry: ``geometry(state) -> termination.Geometry``, the shape of ``C`` the
+        termination criteria read (``build`` keeps the fitness history and reports them).
+      sigma0: the initial σ (``tolx`` and ``tolupsigma`` are relative to it).
       covariance_budget: bytes the ``d × d`` matrices may take.
     """
 
@@ -71,8 +72,8 @@ class FullSpec(NamedTuple):
     factor: Callable[[Any], tuple[jax.Array, jax.Array]]
     estimate: Callable[[Any, jax.Array, Sample], Estimate]
     update: Callable[[Any, Estimate], tuple[jax.Array, dict]]
-    info: Callable[[Any, Any, jax.Array], Any]
-    record: Callable[[Any, jax.Array, jax.Array], Any]
+    geometry: Callable[[Any], termination.Geometry]
+    sigma0: float
     covariance_budget: int
 
 
@@ -119,6 +120,7 @@ def build(spec: FullSpec, track_best: bool) -> Strategy:
         dtype = trees.state_dtype(master)
         ask_key = noise_lib.noise_key(key)
         own = spec.init(d, theta.dtype)
+        own["history"] = termination.empty_history(termination.windows(d, p)[1], theta.dtype)
         return spec.state_type(
             params=master,
             dtypes=jax.tree.map(lambda x: jnp.zeros((), x.dtype), params),
@@ -214,8 +216,25 @@ def build(spec: FullSpec, track_best: bool) -> Strategy:
         new_state, info = _tell.finish_tell(
             state, fitness, est.stats.moments, sigma, sigma * a, update
         )
-        new_state = spec.record(new_state, new_state.fitness, info.applied)
-        return new_state, spec.info(new_state, info, state.pending)
+        history = termination.record(new_state.history, new_state.fitness, info.applied)
+        new_state = new_state._replace(history=history)
+        return new_state, termination_info(new_state, info, state.pending)
+
+    def termination_info(state, base, told) -> termination.TerminationInfo:
+        """``base`` and pycma's criteria (``told``: whether this ``tell`` had an ``ask``)."""
+        mean = flat(state.params)
+        criteria, condition = termination.check(
+            history=state.history,
+            fitness=state.fitness,
+            informative=base.applied | ~told,
+            mean=mean,
+            sigma=state.sigma,
+            sigma0=spec.sigma0,
+            **spec.geometry(state)._asdict(),
+            generation=state.generation,
+            tolfun_window=termination.windows(mean.shape[0], p)[0],
+        )
+        return termination.report(base, criteria, condition, told)
 
     def best_params(state):
         best = state.best

@@ -28,7 +28,7 @@ from jaxes.strategies._settings import (
     check_population_size,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import StrategyInfo, state_type
+from jaxes.strategies.base import state_type
 from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
 from jaxes.types import Strategy
 
@@ -105,7 +105,6 @@ def cma_es(
         return cache[d]
 
     def init(d: int, dtype):
-        _, length = termination.windows(d, p)
         return {
             "sigma": jnp.asarray(sigma0, dtype),
             "covariance": jnp.eye(d, dtype=dtype),
@@ -114,7 +113,6 @@ def cma_es(
             "path_sigma": jnp.zeros((d,), dtype),
             "path_c": jnp.zeros((d,), dtype),
             "refreshed": jnp.zeros((), jnp.int32),
-            "history": termination.empty_history(length, dtype),
         }
 
     def factor(state):
@@ -136,23 +134,13 @@ def cma_es(
             state, sample, w_pos, w_neg, constants(sample.z.shape[1]), c_m, sigma_floor
         )
 
-    def info(state, base: StrategyInfo, told):
-        d = state.path_c.shape[0]
-        criteria, condition = termination.check(
-            history=state.history,
-            fitness=state.fitness,
-            informative=base.applied | ~told,
-            mean=_full.flat(state.params),
-            sigma=state.sigma,
-            sigma0=sigma0,
+    def geometry(state) -> termination.Geometry:
+        return termination.Geometry(
             axes=state.axes * state.scales[None, :],
             axis_lengths=state.scales,
             variances=jnp.diagonal(state.covariance),
             path_c=state.path_c,
-            generation=state.generation,
-            tolfun_window=termination.windows(d, p)[0],
         )
-        return termination.report(base, criteria, condition, told)
 
     spec = _full.FullSpec(
         name="cma_es",
@@ -163,10 +151,8 @@ def cma_es(
         factor=factor,
         estimate=estimate,
         update=update,
-        info=info,
-        record=lambda state, fitness, when: state._replace(
-            history=termination.record(state.history, fitness, when)
-        ),
+        geometry=geometry,
+        sigma0=sigma0,
         covariance_budget=int(covariance_budget),
     )
     return _full.build(spec, track_best)

@@ -119,6 +119,23 @@ def _tolfun(history: History, ordered: jax.Array, fitness: jax.Array, window: in
     return full & (jnp.max(recent) - jnp.min(recent) < TOLFUN) & (spread < TOLFUN)
 
 
+class Geometry(NamedTuple):
+    """The search distribution's shape as the criteria read it (members ``m + σ y`` with
+    ``Cov(y) = C``).
+
+    Attributes:
+      axes: ``(d, d)``, column ``k`` a principal axis of ``C`` scaled to its length.
+      axis_lengths: ``(d,)`` the square roots of ``C``'s eigenvalues.
+      variances: ``diag C``.
+      path_c: the evolution path ``p_c`` (zeros for a strategy without one).
+    """
+
+    axes: jax.Array
+    axis_lengths: jax.Array
+    variances: jax.Array
+    path_c: jax.Array
+
+
 def check(
     *,
     history: History,

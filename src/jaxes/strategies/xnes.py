@@ -28,7 +28,7 @@ from jaxes.strategies._settings import (
     floor_sigma,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import StrategyInfo, state_type
+from jaxes.strategies.base import state_type
 from jaxes.types import Strategy
 
 XNESState = state_type(
@@ -106,7 +106,6 @@ def xnes(
         return {
             "sigma": jnp.asarray(sigma0, dtype),
             "shape": jnp.eye(d, dtype=dtype),
-            "history": termination.empty_history(termination.windows(d, p)[1], dtype),
         }
 
     def factor(state):
@@ -136,24 +135,13 @@ def xnes(
             "shape": state.shape @ rotation,
         }
 
-    def info(state, base: StrategyInfo, told):
-        d = state.shape.shape[0]
-        singular = jnp.linalg.svd(state.shape, compute_uv=False)
-        criteria, condition = termination.check(
-            history=state.history,
-            fitness=state.fitness,
-            informative=base.applied | ~told,
-            mean=_full.flat(state.params),
-            sigma=state.sigma,
-            sigma0=sigma0,
+    def geometry(state) -> termination.Geometry:
+        return termination.Geometry(
             axes=state.shape,
-            axis_lengths=singular,
+            axis_lengths=jnp.linalg.svd(state.shape, compute_uv=False),
             variances=jnp.sum(jnp.square(state.shape), axis=1),
-            path_c=jnp.zeros((d,), state.shape.dtype),
-            generation=state.generation,
-            tolfun_window=termination.windows(d, p)[0],
+            path_c=jnp.zeros(state.shape.shape[:1], state.shape.dtype),
         )
-        return termination.report(base, criteria, condition, told)
 
     spec = _full.FullSpec(
         name="xnes",
@@ -164,10 +152,8 @@ def xnes(
         factor=factor,
         estimate=estimate,
         update=update,
-        info=info,
-        record=lambda state, fitness, when: state._replace(
-            history=termination.record(state.history, fitness, when)
-        ),
+        geometry=geometry,
+        sigma0=sigma0,
         covariance_budget=int(covariance_budget),
     )
     return _full.build(spec, track_best)
