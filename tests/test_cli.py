@@ -10,9 +10,9 @@ import sys
 import zlib
 
 import pytest
+from conftest import TINY_FLAGS
 from helpers import number
 
-from conftest import TINY_FLAGS
 from jaxes.app import cli, presets
 
 

@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import TINY_FLAGS
 from helpers import number, strategies
 
 import jaxes
-from conftest import TINY_FLAGS
 from jaxes import training
 from jaxes.app import cli, train
 from jaxes.app import config as config_lib

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import TINY_FLAGS
 
 import jaxes
-from conftest import TINY_FLAGS
 from jaxes import parallel, training
 from jaxes.app import train
 from jaxes.step import TrainState, generation_step
