@@ -18,8 +18,10 @@ $(VENV)/.demo-installed: pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,plot]'
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml $(LOCK) | $(BIN)/python
-	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,gymnax,plot,digits,dev]'
+# With the examples' own distribution (examples/pyproject.toml: the digits classifier and the
+# Countdown fine-tune, which the examples, notebooks and their tests import).
+$(VENV)/.test-installed: pyproject.toml examples/pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,gymnax,plot,dev]' -e ./examples
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
@@ -35,7 +37,7 @@ test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # jaxes as users install it: the built wheel in two fresh venvs, each running
-# tests/test_install.py. floor: every core, gymnax, plot and digits dependency at its declared
+# tests/test_install.py. floor: every core, gymnax and plot dependency at its declared
 # floor (requirements/floor.txt) is installed first, as a researcher's own JAX would be, then
 # the wheel with no constraint, which must leave every one of them in place. bare: the wheel
 # with its gymnax extra only, no Brax.
@@ -46,7 +48,7 @@ test-compat: $(VENV)/.test-installed
 	$(PYTHON) -m venv $(COMPAT)/floor
 	$(COMPAT)/floor/bin/pip install --quiet -r requirements/floor.txt
 	$(COMPAT)/floor/bin/pip freeze > $(COMPAT)/floor-before.txt
-	$(COMPAT)/floor/bin/pip install --quiet "$$(ls $(COMPAT)/jaxes-*.whl)[gymnax,plot,digits]"
+	$(COMPAT)/floor/bin/pip install --quiet "$$(ls $(COMPAT)/jaxes-*.whl)[gymnax,plot]"
 	$(COMPAT)/floor/bin/pip freeze --exclude jaxes | diff $(COMPAT)/floor-before.txt -
 	$(COMPAT)/floor/bin/python -m pytest -q -p no:cacheprovider tests/test_install.py
 	$(PYTHON) -m venv $(COMPAT)/bare
@@ -55,11 +57,12 @@ test-compat: $(VENV)/.test-installed
 	$(COMPAT)/bare/bin/python -m pytest -q -p no:cacheprovider tests/test_install.py
 
 # The newest versions pyproject.toml allows, installed into a fresh venv and frozen into
-# $(LOCK); run `make test` on them before committing the new lock.
+# $(LOCK); run `make test` on them before committing the new lock. The examples' distribution
+# is installed too, so its own dependencies (scikit-learn) are locked with the rest.
 lock:
 	rm -rf build/lock && $(PYTHON) -m venv build/lock
-	build/lock/bin/pip install --quiet '.[brax,gymnax,plot,digits,dev]'
-	(grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude jaxes) > $(LOCK).new
+	build/lock/bin/pip install --quiet '.[brax,gymnax,plot,dev]' ./examples
+	(grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude jaxes --exclude jaxes-examples) > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 
 lint: $(VENV)/.test-installed

@@ -1,9 +1,10 @@
 """A digit classifier trained by evolution strategies: scikit-learn's 8x8 digits, no gradients.
 
-The command line of ``jaxes.training.classifier`` (the settings, the three models and the
-training loop) over ``jaxes.tasks.classification`` (the data, the MLP and its fitness: minus
-the mean cross-entropy on a minibatch shared by every member of a generation). Needs
-scikit-learn: ``pip install "jaxes[digits]"``.
+The command line of ``jaxes_examples.digits.classifier`` (the settings, the three models and
+the training loop) over ``jaxes_examples.digits.data`` (the data, the MLP and its fitness:
+minus the mean cross-entropy on a minibatch shared by every member of a generation), both in
+``jaxes_examples/`` beside this script. Needs scikit-learn (``pip install -e examples``
+installs it with the package).
 
 All use OpenAI-ES with P = 200 (antithetic pairs), Adam with a cosine-decayed learning rate
 and minibatches of 256 images. With seed 0 on the project's 2-core CPU (shared with two other
@@ -19,7 +20,7 @@ Run:
 
 It ends with one line per model, e.g.
 ``test accuracy 0.961 (full-rank, 64-64-10, 300 generations, 3.8 s)``.
-``notebooks/05_digits.ipynb`` trains the same models from the library.
+``notebooks/05_digits.ipynb`` trains the same models from the installed jaxes_examples.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import os
 
 import jax
 
-from jaxes.tasks import classification
-from jaxes.training import classifier
+from jaxes_examples.digits import classifier
+from jaxes_examples.digits import data as classification
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):

@@ -2,10 +2,11 @@
 backprop on arithmetic, then fine-tuned on a Countdown reward by ES and by a policy gradient,
 every method for the same seconds of training.
 
-The command line of ``jaxes.training.sequence_finetune`` over ``jaxes.tasks.countdown``
-(two one-digit numbers and a target: write ``x op y`` that reaches it; reward 1 for an exact
-answer over the given numbers, else 0, no gradient) and ``jaxes.tasks.sequence`` (greedy
-decoding with a KV cache in ``lax.scan``; low-rank members run factored).
+The command line of ``jaxes_examples.countdown`` (beside this script: ``pretrain`` and
+``finetune``) over its ``problems`` (two one-digit numbers and a target: write ``x op y`` that
+reaches it; reward 1 for an exact answer over the given numbers, else 0, no gradient) and
+``jaxes.tasks.sequence`` (greedy decoding with a KV cache in ``lax.scan``; low-rank members
+run factored).
 
 1. Pre-training (Adam, masked next-token cross-entropy) on equations ``x op y = c`` and on the
    answer format with targets drawn independently of the answers: the model learns to
@@ -43,7 +44,7 @@ import os
 
 import jax
 
-from jaxes.training import sequence_finetune as sf
+from jaxes_examples.countdown import finetune, pretrain
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -61,33 +62,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short pre-training and budgets")
     parser.add_argument("--seconds", type=float, help="training seconds per method")
-    parser.add_argument("--methods", nargs="+", choices=list(sf.METHODS), default=None)
+    parser.add_argument("--methods", nargs="+", choices=list(finetune.METHODS), default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     mode = QUICK if args.quick or quick_from_env() else FULL
     seconds = args.seconds if args.seconds is not None else mode["seconds"]
-    methods = {n: sf.METHODS[n] for n in (args.methods or sf.METHODS)}
+    methods = {n: finetune.METHODS[n] for n in (args.methods or finetune.METHODS)}
 
-    setup = sf.Setup(pretrain_steps=mode["pretrain_steps"], seed=args.seed)
+    setup = pretrain.Setup(pretrain_steps=mode["pretrain_steps"], seed=args.seed)
     model = setup.model()
-    train_prompts, test_prompts = sf.problems(args.seed)
+    train_prompts, test_prompts = finetune.problems(args.seed)
     print(
         f"countdown: {train_prompts.shape[0]} train / {test_prompts.shape[0]} held-out "
         f"problems; transformer d={setup.d_model}, {setup.layers} layers, {setup.heads} heads",
         flush=True,
     )
-    pre = sf.pretrain(setup, verbose=True)
+    pre = pretrain.pretrain(setup, verbose=True)
     params = pre["params"]
-    arithmetic = float(jax.jit(lambda p: sf.arithmetic_accuracy(model, p))(params))
+    arithmetic = float(jax.jit(lambda p: pretrain.arithmetic_accuracy(model, p))(params))
     print(f"pre-trained arithmetic accuracy: {arithmetic:.3f}")
-    start = float(jax.jit(lambda p: sf.accuracy(model, p, test_prompts))(params))
+    start = float(jax.jit(lambda p: pretrain.accuracy(model, p, test_prompts))(params))
     print(f"pre-trained held-out accuracy: {start:.3f}", flush=True)
 
     print(f"fine-tuning, {seconds:g} s of training each:", flush=True)
-    results = sf.compare(methods, model, params, seconds, seed=args.seed, verbose=True)
+    results = finetune.compare(methods, model, params, seconds, seed=args.seed, verbose=True)
     for name, r in results.items():
         print(f"  {name}: compiled in {r['compile_seconds']:.1f} s")
-    print(sf.table(results))
+    print(finetune.table(results))
     best = max(results, key=lambda n: results[n]["accuracy"])
     print(
         f"best: {best} {results[best]['accuracy']:.3f} held-out accuracy (pre-trained {start:.3f})"

@@ -1,11 +1,11 @@
-"""The digits classification task: the splits, the fitness, the error without scikit-learn."""
+"""The digits classification task (jaxes_examples.digits.data): the splits, the fitness."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxes.tasks import classification
+from jaxes_examples.digits import data as classification
 
 
 def test_the_splits_are_stratified_and_standardised_with_train_statistics():

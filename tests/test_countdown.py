@@ -1,13 +1,13 @@
-"""The Countdown reward (jaxes.tasks.countdown): exact answers score 1, anything else 0, bad
-shapes fail with a message. Plain jnp on small arrays: nothing here compiles more than tiny
-element-wise programs."""
+"""The Countdown reward (jaxes_examples.countdown.problems): exact answers score 1, anything
+else 0, bad shapes fail with a message. Plain jnp on small arrays: nothing here compiles more
+than tiny element-wise programs."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxes.tasks import countdown
-from jaxes.tasks.countdown import EOS, PAD, PLUS, encode_answer, encode_prompt, reward
+from jaxes_examples.countdown import problems as countdown
+from jaxes_examples.countdown.problems import EOS, PAD, PLUS, encode_answer, encode_prompt, reward
 
 
 def test_every_solution_of_every_problem_scores_one_and_every_other_expression_zero():

@@ -2,8 +2,9 @@
 
 A venv that once held a package keeps it, so a test that imports an undeclared one passes on the
 developer's machine and fails on CI's clean one (chex did: tests imported it, nothing declared it).
-The imports are read from the source (AST); the declared set is jaxes's installed metadata, so
-`make test`'s editable install answers for the working tree's pyproject.toml.
+The imports are read from the source (AST); the declared set is the installed metadata of jaxes
+and of jaxes-examples (examples/pyproject.toml), so `make test`'s editable installs answer for the
+working tree's two pyproject.toml files.
 """
 
 import ast
@@ -16,17 +17,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The extras `make test` installs; benchmarks/ also need `bench`, which the suite does not install.
-TESTED_EXTRAS = ("brax", "gymnax", "plot", "digits", "dev")
+TESTED_EXTRAS = ("brax", "gymnax", "plot", "dev")
+# The two distributions of this repository: the library and the examples' package.
+OURS = {"jaxes", "jaxes_examples"}
 
 
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def declared(extras: tuple[str, ...]) -> set[str]:
-    """jaxes's requirements (canonical names) for the core and the given extras, not transitive."""
+def declared(extras: tuple[str, ...], distribution: str = "jaxes") -> set[str]:
+    """A distribution's requirements (canonical names) for the core and the given extras, not
+    transitive."""
     names = set()
-    for line in metadata.requires("jaxes") or []:
+    for line in metadata.requires(distribution) or []:
         spec, _, marker = line.partition(";")
         extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
         if extra is None or extra.group(1) in extras:
@@ -45,10 +49,10 @@ def top_level_imports(path: Path) -> set[str]:
 
 
 def third_party(paths: list[Path], local: set[str]) -> dict[str, set[str]]:
-    """{top-level module: files importing it}, less the standard library, jaxes and local files."""
+    """{top-level module: files importing it}, less the standard library, ours and local files."""
     out: dict[str, set[str]] = {}
     for path in paths:
-        for mod in top_level_imports(path) - set(sys.stdlib_module_names) - local - {"jaxes"}:
+        for mod in top_level_imports(path) - set(sys.stdlib_module_names) - local - OURS:
             out.setdefault(mod, set()).add(str(path.relative_to(ROOT)))
     return out
 
@@ -76,7 +80,17 @@ def test_tests_and_examples_import_only_what_make_test_installs(folder):
     paths = sorted((ROOT / folder).rglob("*.py"))
     # Files of the repository that tests put on sys.path (benchmarks/table3.py, tests/helpers.py).
     local = {p.stem for d in ("tests", "examples", "benchmarks") for p in (ROOT / d).glob("*.py")}
-    assert undeclared(third_party(paths, local), declared(TESTED_EXTRAS)) == []
+    allowed = declared(TESTED_EXTRAS) | declared((), "jaxes-examples")
+    assert undeclared(third_party(paths, local), allowed) == []
+
+
+def test_the_examples_package_imports_only_jaxes_core_and_its_own_dependencies():
+    """jaxes-examples requires plain ``jaxes`` (no extra) and what examples/pyproject.toml
+    names (scikit-learn): an import of anything else fails on a hosted notebook's install."""
+    paths = sorted((ROOT / "examples" / "jaxes_examples").rglob("*.py"))
+    allowed = declared(()) | declared((), "jaxes-examples")
+    assert "scikit-learn" in allowed
+    assert undeclared(third_party(paths, set()), allowed) == []
 
 
 def test_the_check_catches_an_undeclared_import(tmp_path):

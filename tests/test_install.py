@@ -87,24 +87,30 @@ def normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower().strip()
 
 
-def declared(groups: tuple[str, ...]) -> dict[str, str]:
-    """``name>=floor`` of pyproject.toml's dependencies (``"core"``) and named extras."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    optional = project["optional-dependencies"]
+def declared(groups: tuple[str, ...], pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
+    """``name>=floor`` of a pyproject.toml's dependencies (``"core"``) and named extras; a
+    dependency with no floor (jaxes-examples's ``jaxes``) is left out."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    optional = project.get("optional-dependencies", {})
     found = {}
     for group in groups:
         for requirement in project["dependencies"] if group == "core" else optional[group]:
-            name, floor = requirement.split(">=")
-            found[normalised(name)] = floor.strip()
+            if ">=" in requirement:
+                name, floor = requirement.split(">=")
+                found[normalised(name)] = floor.strip()
     return found
 
 
 def test_the_floor_file_pins_every_declared_floor_and_the_lock_is_in_range():
     floor = pins(ROOT / "requirements" / "floor.txt")
-    for name, version in declared(("core", "gymnax", "plot", "digits")).items():
+    for name, version in declared(("core", "gymnax", "plot")).items():
         assert floor.get(name) == version, (name, floor.get(name), version)
     locked = pins(ROOT / "requirements" / "locked.txt")
-    for name, version in declared(("core", "brax", "gymnax", "plot", "digits", "dev")).items():
+    # make test also installs the examples' distribution (examples/pyproject.toml) on the lock.
+    examples = declared(("core",), ROOT / "examples" / "pyproject.toml")
+    assert "scikit-learn" in examples
+    every = {**declared(("core", "brax", "gymnax", "plot", "dev")), **examples}
+    for name, version in every.items():
         assert compat.version_tuple(locked[name]) >= compat.version_tuple(version), name
 
 
@@ -228,15 +234,6 @@ def test_a_module_whose_extra_is_missing_names_it(monkeypatch, module, blocked, 
     monkeypatch.setitem(sys.modules, blocked, None)
     with pytest.raises(extras.MissingExtra, match=re.escape(f"pip install 'jaxes[{extra}]'")):
         importlib.import_module(module)
-
-
-def test_the_digits_data_name_their_extra(monkeypatch):
-    from jaxes.tasks import classification
-
-    monkeypatch.setitem(sys.modules, "sklearn", None)
-    monkeypatch.delitem(sys.modules, "sklearn.datasets", raising=False)
-    with pytest.raises(extras.MissingExtra, match=re.escape("pip install 'jaxes[digits]'")):
-        classification.digits()
 
 
 def test_a_jax_below_the_floor_is_one_line(tmp_path):

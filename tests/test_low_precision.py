@@ -197,7 +197,7 @@ def test_int8_base_with_low_rank_members_matches_the_dequantized_members():
 
 
 def test_the_digits_classifier_takes_the_weights_its_members_are_evaluated_with():
-    from jaxes.training import classifier
+    from jaxes_examples.digits import classifier
 
     with pytest.raises(ValueError, match=r"^weights: expected one of float32, bfloat16, int8"):
         classifier.Config("x", hidden=(8,), noise="lowrank", weights="int4")

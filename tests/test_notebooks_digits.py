@@ -1,10 +1,10 @@
-"""The digits notebook (which imports jaxes.tasks.classification and jaxes.training.classifier)
-trains both classifiers by ES in quick mode and prints their test accuracies, the comparison
-table and two figures.
+"""The digits notebook (which imports jaxes_examples.digits: data and classifier) trains both
+classifiers by ES in quick mode and prints their test accuracies, the comparison table and two
+figures.
 
 One test, one notebook run: compiling the two training programs is most of its cost. It runs
 from the repository root (run_notebook's default), not from notebooks/: the notebook imports
-only the installed package.
+only the installed packages (jaxes and jaxes_examples).
 """
 
 import re

@@ -1,6 +1,7 @@
 """Notebooks run from any working directory and on a fresh install: no code cell reaches into
 the checkout (``examples/``, ``sys.path``, ``JAXES_SOURCE``, a path relative to the working
-directory), and what they import from the library loads with no path set up.
+directory), and what they import from the library and from the examples' distribution
+(``jaxes_examples``, examples/pyproject.toml) loads with no path set up.
 
 (The notebooks' own tests run them from the repository root or from ``notebooks/``; see
 tests/notebook_runner.py.)
@@ -91,17 +92,20 @@ def test_no_code_cell_depends_on_the_working_directory(name):
     assert {index: p for index, p in found.items() if p} == {}
 
 
-def test_the_digits_task_loads_with_no_path_from_the_checkout(tmp_path):
-    """The fresh-install case: another working directory, no PYTHONPATH, no JAXES_SOURCE."""
+def test_the_examples_package_loads_with_no_path_from_the_checkout(tmp_path):
+    """The fresh-install case: another working directory, no PYTHONPATH, no JAXES_SOURCE; the
+    installed jaxes-examples distribution imports, and no ``examples`` folder is on sys.path
+    (its scripts, ``digits.py`` and the like, are not modules of it)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JAXES_SOURCE")}
     script = (
-        "import sys\n"
-        "from jaxes.tasks import classification\n"
-        "from jaxes.training import classifier\n"
-        "data = classification.digits()\n"
+        "import importlib.util, sys\n"
+        "from jaxes_examples.countdown import finetune, pretrain, problems\n"
+        "from jaxes_examples.digits import classifier, data\n"
+        "digits = data.digits()\n"
         "layers = classifier.CONFIGS['full-rank'].layers\n"
-        "print(data['x_train'].shape, data['x_test'].shape, layers)\n"
-        "print(any('examples' in p for p in sys.path))\n"
+        "print(digits['x_train'].shape, digits['x_test'].shape, layers)\n"
+        "print(len(problems.problems()), len(finetune.METHODS), pretrain.Setup().d_model)\n"
+        "print(any('examples' in p for p in sys.path), importlib.util.find_spec('digits'))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script],
@@ -112,7 +116,7 @@ def test_the_digits_task_loads_with_no_path_from_the_checkout(tmp_path):
         timeout=300,
         check=True,
     ).stdout
-    assert out.splitlines() == ["(1437, 64) (360, 64) 64-64-10", "False"], out
+    assert out.splitlines() == ["(1437, 64) (360, 64) 64-64-10", "242 7 32", "False None"], out
 
 
 # Where a notebook's code shows it uses an extra: a module or function of it, or a string that
@@ -121,8 +125,12 @@ EXTRA_SIGNS = {
     "brax": re.compile(r"\bbrax\b|brax_task|brax_envs"),
     "gymnax": re.compile(r"\bgymnax\b|gymnax_task"),
     "plot": re.compile(r"\bmatplotlib\b|\bplotting\b"),
-    "digits": re.compile(r"\bclassification\b|\bclassifier\b"),
 }
+# A notebook whose code imports the examples' package installs its distribution too: from the
+# repository's examples/ folder on a hosted notebook (a comment line of the first cell, with the
+# URL left for the reader), with `pip install -e examples` in a checkout.
+EXAMPLES = re.compile(r"\bjaxes_examples\b")
+EXAMPLES_INSTALL = '"jaxes-examples @ git+<URL of your jaxes repository>#subdirectory=examples"'
 
 
 def extras_used(code: str) -> set[str]:
@@ -141,17 +149,68 @@ def test_extras_used_reads_imports_and_env_names():
         "plot",
     }
     assert extras_used("TrainConfig(env='Breakout-MinAtar')") == {"gymnax"}
-    assert extras_used("from jaxes.training import classifier") == {"digits"}
+    assert extras_used("from jaxes_examples.digits import classifier") == set()
     assert extras_used("import jax") == set()
+
+
+def first_cell_problems(first: str, code: str) -> list[str]:
+    """What the first code cell ``first`` fails to name or check of what the rest of the
+    notebook's ``code`` needs (its extras, and the examples' distribution if it imports
+    ``jaxes_examples``), or names without a need."""
+    found = []
+    used = extras_used(code)
+    named = {frozenset(group.split(",")) for group in re.findall(r"jaxes\[([\w,]+)\]", first)}
+    if named != {frozenset(used)}:
+        found.append(f"names extras {sorted(map(sorted, named))}, code uses {sorted(used)}")
+    modules = {"brax": "brax", "gymnax": "gymnax", "plot": "matplotlib"}
+    expected = {"jaxes", *(modules[e] for e in used)}
+    examples = bool(EXAMPLES.search(code))
+    if examples:
+        expected.add("jaxes_examples")
+    for text in (EXAMPLES_INSTALL, "-e examples"):
+        if examples and text not in first:
+            found.append(f"code imports jaxes_examples, no {text}")
+        if not examples and text in first:
+            found.append(f"{text}, code does not import jaxes_examples")
+    needed = re.search(r"needed = (\[.*?\])", first)
+    checked = set(ast.literal_eval(needed.group(1))) if needed else set()
+    if checked != expected:
+        found.append(f"checks {sorted(checked)}, needs {sorted(expected)}")
+    return found
+
+
+def test_the_first_cell_check_catches_a_missing_examples_install():
+    code = "from jaxes_examples.digits import classifier\nimport matplotlib.pyplot as plt\n"
+    # The cell as it was when the digits code was in jaxes, behind a `digits` extra.
+    old = (
+        '#   %pip install "jaxes[plot,digits] @ git+<URL of your jaxes repository>"\n'
+        '# or `pip install -e ".[plot,digits]"` in a checkout.\n'
+        'needed = ["jaxes", "sklearn", "matplotlib"]\n'
+    )
+    assert first_cell_problems(old, code) == [
+        "names extras [['digits', 'plot']], code uses ['plot']",
+        f"code imports jaxes_examples, no {EXAMPLES_INSTALL}",
+        "code imports jaxes_examples, no -e examples",
+        "checks ['jaxes', 'matplotlib', 'sklearn'], needs "
+        "['jaxes', 'jaxes_examples', 'matplotlib']",
+    ]
+    new = (
+        '#   %pip install "jaxes[plot] @ git+<URL of your jaxes repository>" \\\n'
+        f"#     {EXAMPLES_INSTALL}\n"
+        '# or `pip install -e ".[plot]" -e examples` in a checkout.\n'
+        'needed = ["jaxes", "jaxes_examples", "matplotlib"]\n'
+    )
+    assert first_cell_problems(new, code) == []
+    # A notebook that does not import the examples' package does not ask for it.
+    assert first_cell_problems(new, "import matplotlib") == [
+        f"{EXAMPLES_INSTALL}, code does not import jaxes_examples",
+        "-e examples, code does not import jaxes_examples",
+        "checks ['jaxes', 'jaxes_examples', 'matplotlib'], needs ['jaxes', 'matplotlib']",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_the_first_cell_names_and_checks_the_extras_the_code_needs(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     first, *rest = [cell.source for cell in nb.cells if cell.cell_type == "code"]
-    used = extras_used("\n".join(rest))
-    named = {frozenset(group.split(",")) for group in re.findall(r"jaxes\[([\w,]+)\]", first)}
-    assert named == {frozenset(used)}, f"{name}: first cell names {named}, code uses {used}"
-    checked = set(ast.literal_eval(re.search(r"needed = (\[.*?\])", first).group(1)))
-    modules = {"brax": "brax", "gymnax": "gymnax", "plot": "matplotlib", "digits": "sklearn"}
-    assert checked == {"jaxes", *(modules[e] for e in used)}, name
+    assert first_cell_problems(first, "\n".join(rest)) == [], name

@@ -1,11 +1,12 @@
-"""The sequence fine-tune notebook (which imports jaxes.tasks.countdown and
-jaxes.training.sequence_finetune) pre-trains the transformer by backprop, fine-tunes it on the
-Countdown reward by every ES variant and by GRPO for the same seconds, and runs the
-answer-length experiment, in quick mode; it prints the numbers read here.
+"""The sequence fine-tune notebook (which imports jaxes_examples.countdown: problems, pretrain
+and finetune) pre-trains the transformer by backprop, fine-tunes it on the Countdown reward by
+every ES variant and by GRPO for the same seconds, and runs the answer-length experiment, in
+quick mode; it prints the numbers read here.
 
 One test, one notebook run: compiling the methods' programs is most of its cost (the suite's
 persistent compile cache makes a rerun much faster). It runs from the repository root
-(run_notebook's default): the notebook imports only the installed package.
+(run_notebook's default): the notebook imports only the installed packages (jaxes and
+jaxes_examples).
 """
 
 import re

@@ -1,9 +1,9 @@
 """The package's extras: optional dependencies, imported only where a feature uses them.
 
-``jaxes`` itself needs JAX, flax, optax and orbax. Brax and MuJoCo, gymnax, matplotlib and
-scikit-learn are extras (``pip install 'jaxes[brax]'``), so a user who optimises their own
-function never installs physics. A feature whose extra is missing raises ``MissingExtra``, an
-``ImportError`` whose one line names the extra; the ``jaxes`` command prints that line.
+``jaxes`` itself needs JAX, flax, optax and orbax. Brax and MuJoCo, gymnax and matplotlib are
+extras (``pip install 'jaxes[brax]'``), so a user who optimises their own function never
+installs physics. A feature whose extra is missing raises ``MissingExtra``, an ``ImportError``
+whose one line names the extra; the ``jaxes`` command prints that line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ MODULES = {
     "brax": ("brax", "mujoco"),
     "gymnax": ("gymnax", "gymnasium", "six"),
     "plot": ("matplotlib",),
-    "digits": ("sklearn",),
 }
 
 

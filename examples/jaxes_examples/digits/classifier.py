@@ -1,6 +1,6 @@
 """The digits classifier trained by OpenAI-ES: its settings, the three models, the loop.
 
-The task (data, model, fitness, accuracy) is ``jaxes.tasks.classification``. Three models:
+The task (data, model, fitness, accuracy) is ``jaxes_examples.digits.data``. Three models:
   * ``full-rank``: 64-64-10 (4.8k weights) with ordinary full-rank Gaussian noise (windows of
     the shared noise table);
   * ``low-rank``: 64-256-256-10 (85k weights) with EGGROLL's rank-4 noise
@@ -28,8 +28,10 @@ import optax
 from jaxes import factored, quantized, subspace, trees
 from jaxes.evaluation import evaluate
 from jaxes.strategies import open_es
-from jaxes.tasks import classification
 from jaxes.types import Strategy
+
+# As ``classification``: ``data`` names the arrays this module passes around.
+from . import data as classification
 
 # The weights members are evaluated with: float32; bfloat16 params (each member the rounded
 # centre plus its exact low-rank term); an int8 base (the float32 θ quantised per output

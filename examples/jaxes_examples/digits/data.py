@@ -1,11 +1,13 @@
-"""Classification as a fitness source: scikit-learn's 8×8 digits, an MLP, its cross-entropy.
+"""The digits task, classification as a fitness source: scikit-learn's 8×8 digits, an MLP,
+its cross-entropy.
 
 The data are the 1797 8×8 grey-level images that ship with scikit-learn
-(``sklearn.datasets.load_digits``: nothing is downloaded; ``pip install "jaxes[digits]"``),
-split 80/20 stratified and standardised with the training set's statistics. A member's
-fitness is minus its mean cross-entropy on a minibatch (``fitness``), the same minibatch for
-every member of a generation so that they are ranked on equal terms; ``accuracy`` measures a
-model on a whole split. ``jaxes.training.classifier`` trains it by ES.
+(``sklearn.datasets.load_digits``: nothing is downloaded; scikit-learn is a dependency of
+jaxes-examples), split 80/20 stratified and standardised with the training set's statistics.
+A member's fitness is minus its mean cross-entropy on a minibatch (``fitness``), the same
+minibatch for every member of a generation so that they are ranked on equal terms;
+``accuracy`` measures a model on a whole split. ``jaxes_examples.digits.classifier`` trains it
+by ES.
 """
 
 from __future__ import annotations
@@ -15,16 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from jaxes.extras import require
-
 CLASSES = 10
-
-
-def _sklearn():
-    """scikit-learn's dataset and split functions, or a ``MissingExtra`` naming the extra."""
-    datasets = require("sklearn.datasets", "digits", "the digits data")
-    selection = require("sklearn.model_selection", "digits", "the digits data")
-    return datasets.load_digits, selection.train_test_split
 
 
 def digits(seed: int = 0) -> dict[str, jax.Array]:
@@ -40,7 +33,10 @@ def digits(seed: int = 0) -> dict[str, jax.Array]:
       >>> data["x_train"].shape, data["x_test"].shape, int(data["y_test"].max())
       ((1437, 64), (360, 64), 9)
     """
-    load_digits, train_test_split = _sklearn()
+    # Imported here: the module's model and fitness need no scikit-learn.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, stratify=y, random_state=seed

@@ -1,0 +1,157 @@
+"""The Countdown model and its pre-training by backprop, before any fine-tune.
+
+The model is ``jaxes.tasks.transformer.Transformer`` (``Setup`` sizes it for the task's
+vocabulary and lengths); ``pretrain`` runs Adam on the arithmetic corpus
+(``problems.corpus``: equations and the answer format, never which expression reaches a
+target), masked next-token cross-entropy. ``greedy``, ``arithmetic_accuracy`` and
+``accuracy`` measure a model by greedy decoding (``jaxes.tasks.sequence.generate``).
+``jaxes_examples.countdown.finetune`` fine-tunes what this module pre-trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxes import factored, quantized
+from jaxes.tasks.sequence import generate
+from jaxes.tasks.transformer import Transformer
+from jaxes.training import compilation
+
+# As ``countdown``: its name in finetune (where ``problems`` is a function) and notebook 10.
+from . import problems as countdown
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The model, the pre-training and the problems.
+
+    Example:
+      >>> Setup().model().d_model
+      32
+    """
+
+    d_model: int = 32
+    heads: int = 4
+    layers: int = 2
+    mlp: int = 4
+    pretrain_steps: int = 1500
+    pretrain_batch: int = 128
+    pretrain_lr: float = 3e-3
+    corpus_size: int = 20_000
+    stretch: int = 1
+    seed: int = 0
+
+    def model(self) -> Transformer:
+        max_len = countdown.PROMPT_LEN + countdown.answer_len(self.stretch)
+        return Transformer(
+            vocab=countdown.VOCAB,
+            d_model=self.d_model,
+            heads=self.heads,
+            layers=self.layers,
+            mlp=self.mlp,
+            max_len=max(max_len, countdown.EQUATION_LEN),
+        )
+
+
+def init_params(model: Transformer, key) -> dict:
+    """The model's params, float32."""
+    return model.init(key, jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def token_loss(model: Transformer, params, tokens, mask) -> jax.Array:
+    """Masked next-token cross-entropy: ``mask[:, t]`` weighs the prediction of token ``t``."""
+    logits, _ = model.apply({"params": params}, tokens[:, :-1])
+    losses = optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), tokens[:, 1:]
+    )
+    weights = mask[:, 1:]
+    return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def pretrain(setup: Setup, verbose: bool = False) -> dict:
+    """Adam on ``countdown.corpus``; returns ``params``, ``loss`` (the last 100 steps' mean),
+    ``seconds`` (without the compile) and ``compile_seconds``.
+
+    Example:
+      >>> out = pretrain(Setup(d_model=8, heads=2, layers=1, pretrain_steps=2,
+      ...                      corpus_size=64, pretrain_batch=8))
+      >>> sorted(out["params"])[:2], out["loss"] > 0
+      (['block_0', 'embed'], True)
+    """
+    model = setup.model()
+    tokens, mask = countdown.corpus(setup.seed, setup.corpus_size, setup.stretch)
+    init_key, run_key = jax.random.split(jax.random.key(setup.seed))
+    params = init_params(model, init_key)
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, setup.pretrain_lr, min(100, setup.pretrain_steps // 4), setup.pretrain_steps
+    )
+    opt = optax.adam(schedule)
+
+    def step(carry, key):
+        params, opt_state = carry
+        rows = jax.random.randint(key, (setup.pretrain_batch,), 0, tokens.shape[0])
+        loss, grads = jax.value_and_grad(partial(token_loss, model))(
+            params, tokens[rows], mask[rows]
+        )
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    def run(params, key):
+        keys = jax.random.split(key, setup.pretrain_steps)
+        (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), keys)
+        return params, jnp.mean(losses[-100:])
+
+    started = time.perf_counter()
+    compiled = compilation.compile(jax.jit(run).lower(params, run_key))
+    compile_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    params, loss = jax.block_until_ready(compiled(params, run_key))
+    seconds = time.perf_counter() - started
+    if verbose:
+        print(f"  pre-trained {setup.pretrain_steps} steps in {seconds:.1f} s, loss {loss:.3f}")
+    return {
+        "params": params,
+        "loss": float(loss),
+        "seconds": seconds,
+        "compile_seconds": compile_seconds,
+    }
+
+
+# ---------------------------------------------------------------- measuring a model
+
+
+def greedy(model: Transformer, params, prompts: jax.Array, steps: int, quantize=False):
+    """Greedy continuations ``(N, steps)`` of ``prompts`` by the model at ``params`` (their own
+    dtype; with ``quantize``, the int8 model, run by ``jaxes.factored``)."""
+    dtype = jnp.result_type(*jax.tree.leaves(params))
+    if quantize:
+        params = quantized.quantize(params)
+
+        def apply_fn(tokens, cache, position):
+            return factored.apply(model, params, None, tokens, cache, position)
+    else:
+
+        def apply_fn(tokens, cache, position):
+            return model.apply({"params": params}, tokens, cache, position)
+
+    return generate(apply_fn, model.init_cache(prompts.shape[0], dtype), prompts, steps)
+
+
+def arithmetic_accuracy(model: Transformer, params) -> jax.Array:
+    """The fraction of the corpus's 255 equations ``x op y =`` whose two result digits the
+    model writes right (greedy)."""
+    prompts, answers = countdown.equations_of(countdown.all_equations())
+    tokens = greedy(model, params, prompts, 2)
+    return jnp.mean(jnp.all(tokens == answers, axis=1))
+
+
+def accuracy(model: Transformer, params, prompts, stretch: int = 1, quantize=False):
+    """Exact answers (greedy decoding) on ``prompts``, a fraction."""
+    tokens = greedy(model, params, prompts, countdown.answer_len(stretch), quantize)
+    return jnp.mean(countdown.reward(prompts, tokens, stretch))
