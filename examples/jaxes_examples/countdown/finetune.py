@@ -123,8 +123,10 @@ def make_strategy(method: Method):
 
 
 def _es_program(method: Method, model: Transformer, train_prompts, stretch: int):
-    """``(init, block, centre)``: the ES state from pre-trained params, ``eval_every``
-    generations in one ``lax.scan``, and the centre θ in its evaluated form."""
+    """``(init, block, centre, master)``: the ES state from pre-trained params,
+    ``eval_every`` generations in one ``lax.scan``, the centre θ in its evaluated form, and θ
+    as it is learnt (the float32 master copy, which moves even where a bfloat16 centre rounds
+    a small step away)."""
     es = make_strategy(method)
     task = sequence_task(
         model,
@@ -155,11 +157,11 @@ def _es_program(method: Method, model: Transformer, train_prompts, stretch: int)
     def centre(ts):
         return _cast(ts.strategy_state.params, method.dtype)
 
-    return init, block, centre
+    return init, block, centre, lambda ts: ts.strategy_state.params
 
 
 def _grpo_program(method: Method, model: Transformer, train_prompts, stretch: int):
-    """GRPO's ``(init, block, centre)`` like ``_es_program``'s."""
+    """GRPO's ``(init, block, centre, master)`` like ``_es_program``'s."""
     steps = countdown.answer_len(stretch)
     opt = optax.adam(method.learning_rate)
     rewards = reward_fn(stretch)
@@ -203,7 +205,7 @@ def _grpo_program(method: Method, model: Transformer, train_prompts, stretch: in
     def centre(carry):
         return carry[0][0]
 
-    return init, block, centre
+    return init, block, centre, centre
 
 
 def finetune(
@@ -226,13 +228,15 @@ def finetune(
     Returns a dict: ``history`` (lists ``updates``, ``seconds``, ``accuracy``,
     ``train_reward``: the mean reward of the block's population or samples, starting with the
     pre-trained model at 0), the final ``accuracy``, ``updates``, ``seconds``,
-    ``compile_seconds``, ``params`` (the centre, evaluated form), ``method``.
+    ``compile_seconds``, ``params`` (the centre, evaluated form), ``method`` and ``moved``:
+    ``‖θ - θ₀‖/‖θ₀‖`` of the learnt params (0 for a method that never updates).
     """
     if (seconds is None) == (updates is None):
         raise ValueError("finetune: give seconds or updates, not both")
     program = _grpo_program if method.kind == "grpo" else _es_program
-    init, block, centre = program(method, model, train_prompts, stretch)
+    init, block, centre, master = program(method, model, train_prompts, stretch)
     state = init(params, jax.random.key(seed))
+    first = master(state)
 
     started = time.perf_counter()
     block_fn = compilation.compile(jax.jit(block).lower(state))
@@ -269,7 +273,25 @@ def finetune(
         "seconds": elapsed,
         "compile_seconds": compile_seconds,
         "params": centre(state),
+        "moved": relative_change(first, master(state)),
     }
+
+
+def relative_change(before, after) -> float:
+    """``‖after - before‖/‖before‖`` over every leaf, in float32.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> relative_change({"w": jnp.ones(4)}, {"w": jnp.array([1.0, 1.0, 1.0, 3.0])})
+      1.0
+    """
+
+    def squares(x):
+        return jnp.sum(jnp.square(x.astype(jnp.float32)))
+
+    moved = jax.tree.map(lambda a, b: squares(b.astype(jnp.float32) - a), before, after)
+    norm = jax.tree.map(squares, before)
+    return float(sum(jax.tree.leaves(moved)) / sum(jax.tree.leaves(norm))) ** 0.5
 
 
 def problems(seed: int = 0) -> tuple[jax.Array, jax.Array]:
@@ -310,20 +332,22 @@ def compare(
 
 def table(results: dict[str, dict]) -> str:
     """The comparison as text: one row per method, the pre-trained start, the final held-out
-    accuracy, the updates done and the training seconds.
+    accuracy, the updates done, the training seconds and how far the params moved
+    (``‖θ - θ₀‖/‖θ₀‖``).
 
     Example:
       >>> r = {"GRPO": {"history": {"accuracy": [0.3]}, "accuracy": 0.5, "updates": 40,
-      ...               "seconds": 1.25}}
+      ...               "seconds": 1.25, "moved": 0.0123}}
       >>> print(table(r))
-      method                    start  held-out accuracy  updates  seconds
-      GRPO                      0.300              0.500       40      1.2
+      method                    start  held-out accuracy  updates  seconds     moved
+      GRPO                      0.300              0.500       40      1.2   1.2e-02
     """
-    lines = [f"{'method':<24}{'start':>7}{'held-out accuracy':>19}{'updates':>9}{'seconds':>9}"]
+    head = f"{'method':<24}{'start':>7}{'held-out accuracy':>19}{'updates':>9}{'seconds':>9}"
+    lines = [head + f"{'moved':>10}"]
     for name, r in results.items():
         lines.append(
             f"{name:<24}{r['history']['accuracy'][0]:>7.3f}{r['accuracy']:>19.3f}"
-            f"{r['updates']:>9d}{r['seconds']:>9.1f}"
+            f"{r['updates']:>9d}{r['seconds']:>9.1f}{r['moved']:>10.1e}"
         )
     return "\n".join(lines)
 
