@@ -390,3 +390,12 @@ def test_the_stated_departures_from_pycma_hold():
     assert diagonal.c_1 == pytest.approx(4 * full.c_1)
     assert diagonal.c_mu == pytest.approx(min(1 - diagonal.c_1, 4 * full.c_mu))
     assert diagonal._replace(c_1=0, c_mu=0) == full._replace(c_1=0, c_mu=0)
+
+
+def test_termination_info_is_strategy_info_then_the_criteria():
+    assert termination.TerminationInfo._fields == (
+        *jaxes.strategies.StrategyInfo._fields,
+        *termination.Termination._fields,
+        "stop",
+        "condition",
+    )

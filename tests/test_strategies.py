@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import strategies
+from helpers import STRATEGY_NAMES, strategies
 
 import jaxes
 from jaxes import testing
@@ -440,3 +440,21 @@ def test_xnes_takes_each_learning_rate_for_its_own_quantity():
     pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
     fitness = np.asarray(fitness, np.float64)
     check_xnes_update(state, pop, fitness, new_state, eta_sigma=0.4, eta_b=0.03)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_every_state_is_a_written_out_class_exported_alike(name):
+    """Issue 40: state classes a type checker can read, each exported by the same path."""
+    state = jaxes.strategies.STRATEGIES[name](8, 0.1).init(jax.random.key(0), jnp.ones(3))
+    cls = type(state)
+    assert getattr(jaxes.strategies, cls.__name__) is cls and cls.__name__ in jaxes.__all__
+    assert list(cls.__annotations__) == list(cls._fields)  # written out, not built at run time
+    assert cls._fields[:2] == ("params", "dtypes") and cls._fields[-7:] == (
+        "key",
+        "generation",
+        "noise_state",
+        "pending",
+        "fitness",
+        "best_fitness",
+        "best",
+    )

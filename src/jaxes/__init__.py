@@ -62,9 +62,15 @@ from jaxes.evaluation import evaluate
 from jaxes.noise import NoiseSource, Perturbations
 from jaxes.shaping import centered_rank, raw, z_score
 from jaxes.strategies import (
-    OpenESInfo,
+    ARSState,
+    CMAState,
     OpenESState,
+    PGPEState,
+    SepCMAState,
+    SNESState,
     StrategyInfo,
+    TerminationInfo,
+    XNESState,
     ars,
     centre,
     cma_es,
@@ -82,8 +88,14 @@ __version__ = importlib.metadata.version("jaxes")
 # Functions and types; the modules imported above (centroid, noise, subspace, testing, ...)
 # are attributes of jaxes too, but `from jaxes import *` brings only these.
 __all__ = [
+    "ARSState",
+    "CMAState",
+    "PGPEState",
+    "SNESState",
+    "SepCMAState",
+    "TerminationInfo",
+    "XNESState",
     "NoiseSource",
-    "OpenESInfo",
     "OpenESState",
     "Perturbations",
     "PopulationMoments",

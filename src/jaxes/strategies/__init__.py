@@ -9,7 +9,7 @@ from collections.abc import Callable
 from jaxes.strategies.ars import ARSState, ars
 from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.cma_es import CMAState, cma_es
-from jaxes.strategies.open_es import OpenESInfo, OpenESState, open_es
+from jaxes.strategies.open_es import OpenESState, open_es
 from jaxes.strategies.pgpe import PGPEState, pgpe
 from jaxes.strategies.sep_cma_es import SepCMAState, sep_cma_es
 from jaxes.strategies.snes import SNESState, snes
@@ -35,7 +35,6 @@ __all__ = [
     "CMAState",
     "BestMember",
     "EstimateStats",
-    "OpenESInfo",
     "OpenESState",
     "PGPEState",
     "SNESState",

@@ -15,6 +15,8 @@ which in jaxes belongs to the task: ``brax_task(..., normalize_observations=True
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -31,17 +33,28 @@ from jaxes.strategies._settings import (
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import EstimateStats, state_type
+from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
 
-ARSState = state_type(
-    "ARSState",
-    "ARS's state: everything that changes between generations.",
-    [
-        ("opt_state", optax.OptState, "the optax state (plain SGD by default, as in the paper)."),
-    ],
-    __name__,
-)
+
+@strategy_state
+class ARSState(NamedTuple):
+    """ARS's state: everything that changes between generations.
+
+    Attributes:
+      opt_state: the optax state (plain SGD by default, as in the paper).
+    """
+
+    params: Params
+    dtypes: Any
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:

@@ -1,10 +1,10 @@
 """The public types every strategy shares: its diagnostics (``StrategyInfo``), what
 ``estimate`` learnt (``EstimateStats``), the best member's recipe (``BestMember``), the
-state's shared fields (``state_type``) and ``centre``, θ in the params' own dtypes."""
+state's shared fields (``strategy_state``) and ``centre``, θ in the params' own dtypes."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 
@@ -92,37 +92,60 @@ def centre(state):
 # Every strategy's state has these fields, its own between them, in this order (the order is
 # the pytree's, so checkpoints and donated buffers see the same layout in every strategy).
 _LEADING = (
-    ("params", Any, "the mean θ (the master copy: float32, or float64 for float64 params)."),
-    ("dtypes", Any, "one scalar per leaf in the dtype members are built in (the params' own)."),
+    ("params", "the mean θ (the master copy: float32, or float64 for float64 params)."),
+    ("dtypes", "one scalar per leaf in the dtype members are built in (the params' own)."),
 )
 _TRAILING = (
-    ("key", jax.Array, "the key of the latest ``ask`` (threefry); the noise is rebuilt from it."),
-    ("generation", jax.Array, "how many ``tell`` calls have updated the state."),
-    ("noise_state", Any, "the noise table (``None`` where the source keeps none)."),
-    ("pending", jax.Array, "an ``ask`` awaits its ``tell``."),
-    ("fitness", jax.Array, "the fitness last told (``(P,)``, NaN before any)."),
-    ("best_fitness", jax.Array, "the best member's fitness (``-inf`` before the first ``tell``)."),
-    ("best", BestMember, "how to rebuild the best member (``strategy.best_params(state)``)."),
+    ("key", "the key of the latest ``ask`` (threefry); the noise is rebuilt from it."),
+    ("generation", "how many ``tell`` calls have updated the state."),
+    ("noise_state", "the noise table (``None`` where the source keeps none)."),
+    ("pending", "an ``ask`` awaits its ``tell``."),
+    ("fitness", "the fitness last told (``(P,)``, NaN before any)."),
+    ("best_fitness", "the best member's fitness (``-inf`` before the first ``tell``)."),
+    ("best", "how to rebuild the best member (``strategy.best_params(state)``)."),
 )
+SHARED_FIELDS = tuple(field for field, _ in (*_LEADING, *_TRAILING))
 
 
-def state_type(name: str, summary: str, own: list[tuple[str, Any, str]], module: str) -> type:
-    """A strategy's state: a NamedTuple of the shared fields around the strategy's ``own``.
-
-    Args:
-      name: the class name (``"OpenESState"``).
-      summary: the docstring's first line.
-      own: ``(field, type, description)`` for each field only this strategy has.
-      module: the defining module's ``__name__`` (for pickling and ``repr``).
+def strategy_state(cls: type) -> type:
+    """A strategy state class, checked: a NamedTuple whose fields are the shared ones
+    (``SHARED_FIELDS``) around its own, in that order (the pytree's order, so checkpoints and
+    donated buffers see the same layout in every strategy). The shared fields' descriptions
+    are added to its docstring.
 
     Example:
-      >>> State = state_type("MyState", "My strategy's state.", [("sigma", float, "σ.")], "m")
-      >>> State._fields[:4], State._fields[-1]
-      (('params', 'dtypes', 'sigma', 'key'), 'best')
-    """
-    fields = [*_LEADING, *own, *_TRAILING]
-    cls = NamedTuple(name, [(field, kind) for field, kind, _ in fields])
-    cls.__module__ = module
-    attributes = "\n".join(f"      {field}: {text}" for field, _, text in fields)
-    cls.__doc__ = f"{summary}\n\n    Attributes:\n{attributes}\n    "
+      >>> from typing import Any, NamedTuple
+      >>> @strategy_state
+      ... class MyState(NamedTuple):
+      ...     params: Any
+      ...     dtypes: Any
+      ...     sigma: float
+      ...     key: Any
+      ...     generation: Any
+      ...     noise_state: Any
+      ...     pending: Any
+      ...     fitness: Any
+      ...     best_fitness: Any
+      ...     best: BestMember
+      >>> MyState._fields[:3]
+      ('params', 'dtypes', 'sigma')
+      >>> @strategy_state
+      ... class Broken(NamedTuple):
+      ...     params: Any
+      ...     sigma: float
+      Traceback (most recent call last):
+        ...
+      TypeError: Broken: a strategy state's fields are params, dtypes, <its own>, key, generation, noise_state, pending, fitness, best_fitness, best; got params, sigma
+    """  # noqa: E501
+    leading = [field for field, _ in _LEADING]
+    trailing = [field for field, _ in _TRAILING]
+    fields = list(cls._fields)
+    own = fields[len(leading) : len(fields) - len(trailing)]
+    if fields != [*leading, *own, *trailing] or set(own) & {*leading, *trailing}:
+        raise TypeError(
+            f"{cls.__name__}: a strategy state's fields are {', '.join(leading)}, <its own>, "
+            f"{', '.join(trailing)}; got {', '.join(fields)}"
+        )
+    shared = "\n".join(f"      {field}: {text}" for field, text in (*_LEADING, *_TRAILING))
+    cls.__doc__ = f"{cls.__doc__.rstrip()}\n\n    Fields every strategy state has:\n{shared}\n    "
     return cls

@@ -15,6 +15,7 @@ whitened) with the last ``B`` and ``D``.
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,27 +29,43 @@ from jaxes.strategies._settings import (
     check_population_size,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import state_type
+from jaxes.strategies.base import BestMember, strategy_state
 from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
-from jaxes.types import Strategy
+from jaxes.types import Params, Strategy
 
-CMAState = state_type(
-    "CMAState",
-    "CMA-ES's state: everything that changes between generations.",
-    [
-        ("sigma", jax.Array, "the global step size ``σ``."),
-        ("covariance", jax.Array, "``C`` (``d × d``, over the flattened params)."),
-        ("axes", jax.Array, "``B``, the eigenvectors of ``C`` at the last refresh (columns)."),
-        ("scales", jax.Array, "``D``, the square roots of ``C``'s eigenvalues at that refresh."),
-        ("path_sigma", jax.Array, "the conjugate evolution path ``p_σ`` (flat)."),
-        ("path_c", jax.Array, "the evolution path ``p_c`` (flat)."),
-        ("refreshed", jax.Array, "the generation ``B`` and ``D`` were last computed at."),
-        ("history", termination.History, "recent best and median fitness (termination)."),
-    ],
-    __name__,
-)
 
-CMAInfo = termination.TerminationInfo
+@strategy_state
+class CMAState(NamedTuple):
+    """CMA-ES's state: everything that changes between generations.
+
+    Attributes:
+      sigma: the global step size ``σ``.
+      covariance: ``C`` (``d × d``, over the flattened params).
+      axes: ``B``, the eigenvectors of ``C`` at the last refresh (columns).
+      scales: ``D``, the square roots of ``C``'s eigenvalues at that refresh.
+      path_sigma: the conjugate evolution path ``p_σ`` (flat).
+      path_c: the evolution path ``p_c`` (flat).
+      refreshed: the generation ``B`` and ``D`` were last computed at.
+      history: recent best and median fitness (termination).
+    """
+
+    params: Params
+    dtypes: Any
+    sigma: jax.Array
+    covariance: jax.Array
+    axes: jax.Array
+    scales: jax.Array
+    path_sigma: jax.Array
+    path_c: jax.Array
+    refreshed: jax.Array
+    history: termination.History
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def cma_es(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import optax
 
@@ -18,20 +20,28 @@ from jaxes.strategies._settings import (
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import EstimateStats, StrategyInfo, state_type
+from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
 
-OpenESState = state_type(
-    "OpenESState",
-    "OpenAI-ES's state: everything that changes between generations.",
-    [
-        ("opt_state", optax.OptState, "the optax optimizer state (float32, like θ)."),
-    ],
-    __name__,
-)
 
+@strategy_state
+class OpenESState(NamedTuple):
+    """OpenAI-ES's state: everything that changes between generations.
 
-OpenESInfo = StrategyInfo  # the same diagnostics as every strategy
+    Attributes:
+      opt_state: the optax optimizer state (float32, like θ).
+    """
+
+    params: Params
+    dtypes: Any
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def open_es(

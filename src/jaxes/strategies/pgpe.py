@@ -12,6 +12,8 @@ Written as centre-of-mass displacements. With symmetric (antithetic) pairs and m
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -31,22 +33,30 @@ from jaxes.strategies._settings import (
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import EstimateStats, state_type
+from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
 
-PGPEState = state_type(
-    "PGPEState",
-    "PGPE's state: everything that changes between generations.",
-    [
-        ("sigma", Params, "per-coordinate σ (a pytree like ``params``)."),
-        (
-            "opt_state",
-            optax.OptState,
-            "the optimizer state of the mean (ClipUp's velocity by default).",
-        ),
-    ],
-    __name__,
-)
+
+@strategy_state
+class PGPEState(NamedTuple):
+    """PGPE's state: everything that changes between generations.
+
+    Attributes:
+      sigma: per-coordinate σ (a pytree like ``params``).
+      opt_state: the optimizer state of the mean (ClipUp's velocity by default).
+    """
+
+    params: Params
+    dtypes: Any
+    sigma: Params
+    opt_state: optax.OptState
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def pgpe(

@@ -15,6 +15,7 @@ were, as in every jaxes strategy, instead of letting the mean drift and σ colla
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,7 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import EstimateStats, state_type
+from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.strategies.cma_constants import (
     Rates,
     effective_mass,
@@ -40,17 +41,31 @@ from jaxes.strategies.cma_constants import (
 )
 from jaxes.types import Params, Strategy
 
-SepCMAState = state_type(
-    "SepCMAState",
-    "Separable CMA-ES's state: everything that changes between generations.",
-    [
-        ("sigma", jax.Array, "the global step size ``σ``."),
-        ("variances", Params, "the diagonal ``C`` (a pytree like ``params``)."),
-        ("path_sigma", Params, "the conjugate evolution path ``p_σ``."),
-        ("path_c", Params, "the evolution path ``p_c``."),
-    ],
-    __name__,
-)
+
+@strategy_state
+class SepCMAState(NamedTuple):
+    """Separable CMA-ES's state: everything that changes between generations.
+
+    Attributes:
+      sigma: the global step size ``σ``.
+      variances: the diagonal ``C`` (a pytree like ``params``).
+      path_sigma: the conjugate evolution path ``p_σ``.
+      path_c: the evolution path ``p_c``.
+    """
+
+    params: Params
+    dtypes: Any
+    sigma: jax.Array
+    variances: Params
+    path_sigma: Params
+    path_c: Params
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def sep_cma_es(

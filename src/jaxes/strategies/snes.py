@@ -15,6 +15,7 @@ SNES samples ``x_i = μ + σ ⊙ z_i`` and, with utilities ``u_i`` that sum to z
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,17 +33,28 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import EstimateStats, state_type
+from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
 
-SNESState = state_type(
-    "SNESState",
-    "SNES's state: everything that changes between generations.",
-    [
-        ("sigma", Params, "per-coordinate σ (a pytree like ``params``)."),
-    ],
-    __name__,
-)
+
+@strategy_state
+class SNESState(NamedTuple):
+    """SNES's state: everything that changes between generations.
+
+    Attributes:
+      sigma: per-coordinate σ (a pytree like ``params``).
+    """
+
+    params: Params
+    dtypes: Any
+    sigma: Params
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
 
 
 def default_sigma_learning_rate(num_params: int) -> float:

@@ -192,19 +192,33 @@ def check(
     return criteria, condition
 
 
-# Every StrategyInfo column, then the criteria, ``stop`` and ``condition``.
-TerminationInfo = NamedTuple(
-    "TerminationInfo",
-    [(f, jax.Array) for f in StrategyInfo._fields]
-    + [(f, jax.Array) for f in Termination._fields]
-    + [("stop", jax.Array), ("condition", jax.Array)],
-)
-TerminationInfo.__module__ = __name__
-TerminationInfo.__doc__ = (
-    "The info of ``cma_es`` and ``xnes``: ``StrategyInfo``'s columns, one bool per "
-    "termination criterion, ``stop`` (any of them) and ``condition``, the condition number "
-    "of the covariance."
-)
+class TerminationInfo(NamedTuple):
+    """The info of ``cma_es`` and ``xnes``: ``StrategyInfo``'s columns, one bool per
+    termination criterion (``Termination``), ``stop`` (any of them) and ``condition``, the
+    condition number of the covariance. ``tests/test_cma_es.py`` checks that its fields are
+    ``StrategyInfo``'s and ``Termination``'s, in order."""
+
+    fitness_mean: jax.Array
+    fitness_max: jax.Array
+    fitness_min: jax.Array
+    best_fitness: jax.Array
+    num_finite: jax.Array
+    applied: jax.Array
+    update_norm: jax.Array
+    com_displacement_norm: jax.Array
+    centroid_offset_norm: jax.Array
+    total_mass: jax.Array
+    sigma: jax.Array
+    tolfun: jax.Array
+    tolx: jax.Array
+    tolupsigma: jax.Array
+    conditioncov: jax.Array
+    noeffectaxis: jax.Array
+    noeffectcoord: jax.Array
+    stagnation: jax.Array
+    flat_fitness: jax.Array
+    stop: jax.Array
+    condition: jax.Array
 
 
 def report(base: StrategyInfo, criteria: Termination, condition, told) -> TerminationInfo:

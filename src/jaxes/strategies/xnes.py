@@ -14,6 +14,7 @@ With the NES utilities ``u_i`` (log ranks, summing to zero; ``shaping.log_rank_u
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,19 +29,33 @@ from jaxes.strategies._settings import (
     floor_sigma,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import state_type
-from jaxes.types import Strategy
+from jaxes.strategies.base import BestMember, strategy_state
+from jaxes.types import Params, Strategy
 
-XNESState = state_type(
-    "XNESState",
-    "xNES's state: everything that changes between generations.",
-    [
-        ("sigma", jax.Array, "the global step size ``σ``."),
-        ("shape", jax.Array, "``B`` (``d × d``, ``det B = 1``): members are ``m + σ B z``."),
-        ("history", termination.History, "recent best and median fitness (termination)."),
-    ],
-    __name__,
-)
+
+@strategy_state
+class XNESState(NamedTuple):
+    """xNES's state: everything that changes between generations.
+
+    Attributes:
+      sigma: the global step size ``σ``.
+      shape: ``B`` (``d × d``, ``det B = 1``): members are ``m + σ B z``.
+      history: recent best and median fitness (termination).
+    """
+
+    params: Params
+    dtypes: Any
+    sigma: jax.Array
+    shape: jax.Array
+    history: termination.History
+    key: jax.Array
+    generation: jax.Array
+    noise_state: Any
+    pending: jax.Array
+    fitness: jax.Array
+    best_fitness: jax.Array
+    best: BestMember
+
 
 XNESInfo = termination.TerminationInfo
 
