@@ -23,7 +23,7 @@ OpenAI-ES with antithetic pairs, σ = 0.01, Adam(1e-3), `track_best=False`. Meth
                 `jaxes.evaluation.map_members(es, state, batch_fn, build=...)` with `build`
                 returning (member i, i) so that member i reads inputs[i] (`jaxes.evaluate`
                 hands `fitness_fn` the params only). The population of `ask` is dead code.
-  lowrank r=R   (c) `jaxes.open_es(P, σ, noise="lowrank", noise_rank=R)`, never materialised:
+  lowrank r=R   (c) `jaxes.open_es(P, σ, noise=jaxes.noise.lowrank(R))`, never materialised:
                 `map_members(..., chunk=P, build=lambda s, i: (es.perturbation(s, i), i))`,
                 which is `jaxes.factored.evaluate` passing the member index too, each layer
                 `jaxes.factored.matmul(h, W, delta)` = h W + (h A) Bᵀ; `tell` sums the
@@ -246,8 +246,7 @@ def make_functions(spec: dict, names: list[str]):
             P,
             SIGMA,
             learning_rate=LEARNING_RATE,
-            noise="lowrank",
-            noise_rank=spec["rank"],
+            noise=jaxes.noise.lowrank(spec["rank"]),
             track_best=False,
         )
 
@@ -817,7 +816,7 @@ def run(args, argv: list[str]) -> None:
     settings = {
         "sigma": SIGMA,
         "strategy": f"jaxes.open_es(P, {SIGMA}, learning_rate={LEARNING_RATE}, "
-        'noise="gaussian" | noise="lowrank", noise_rank=r, track_best=False)',
+        'noise="gaussian" | noise=jaxes.noise.lowrank(r), track_best=False)',
         "model": "square dense layers, no biases, h <- tanh(h @ W); fitness -mean(out**2)",
         "memory_headroom": MEMORY_HEADROOM,
         "repeats": args.repeats,

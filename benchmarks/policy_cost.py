@@ -91,7 +91,7 @@ def step_part(populations, repeats) -> list[dict]:
                 "shared": lambda shared=shared, p=params, o=obs: shared(p, o),
             }
             for rank in RANKS:
-                es = jaxes.open_es(members, 0.02, noise="lowrank", noise_rank=rank)
+                es = jaxes.open_es(members, 0.02, noise=jaxes.noise.lowrank(rank))
                 state = es.init(jax.random.key(3), params)
                 _, state = es.ask(jax.random.key(4), state)
                 deltas = jax.vmap(lambda i, es=es, state=state: es.perturbation(state, i))(

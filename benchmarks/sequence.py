@@ -21,7 +21,7 @@ of 16 tokens, 32 decode steps, 4 prompts per member by default), per population 
                 `jaxes.factored.evaluate(es, state, fitness)` (all P members vmapped, each
                 `generate`-ing its batch with `factored.apply(model, centre, delta, ...)`, i.e.
                 x W + (x A) Bᵀ in every Dense) -> `es.tell`. `jaxes.open_es(P, 0.01,
-                noise="lowrank", noise_rank=R, track_best=False)`, Adam(1e-3).
+                noise=jaxes.noise.lowrank(R), track_best=False)`, Adam(1e-3).
   lowrank int8 r=R  the same with `factored.evaluate(..., quantize=True)` (int8 centre).
   task r=1      the same generation as `jaxes.step.generation_step(es, sequence_task(...))`
                 (the task's `evaluate_factored`), a cross-check of the hand-written one (at
@@ -45,9 +45,9 @@ bfloat16), the state abstract (`jax.eval_shape` of `es.init`); `jax.jit(generati
 donate_argnums=0).lower(state, key, prompts).compile().memory_analysis()`. The generation is
 ask -> `factored.evaluate(..., chunk_size=--plan-chunk)` (members vmapped a chunk at a time
 under `lax.map`) on a short decode (`--plan-batch` prompts of `--plan-prompt` tokens, then
-`--plan-steps` tokens) -> tell, with `jaxes.open_es(256, 0.01, noise="lowrank",
-noise_rank=1, optimizer=jaxes.optim.clipup(0.01), track_best=False)`: the state holds the
-float32 master copy (4 bytes/param) and ClipUp's velocity (4 bytes/param). Reported:
+`--plan-steps` tokens) -> tell, with `jaxes.open_es(256, 0.01, noise=jaxes.noise.lowrank(1),
+optimizer=jaxes.optim.clipup(0.01), track_best=False)`: the state holds the float32 master
+copy (4 bytes/param) and ClipUp's velocity (4 bytes/param). Reported:
 
   live bytes    argument + output + temp - alias (the donated state counted once)
   beyond        live - master (4 N) - optimizer state (4 N): what a generation needs besides
@@ -281,8 +281,7 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
                 P,
                 SIGMA,
                 learning_rate=LEARNING_RATE,
-                noise="lowrank",
-                noise_rank=rank,
+                noise=jaxes.noise.lowrank(rank),
                 track_best=False,
             )
             evaluate, generation, asked = es_functions(es, quantize)
@@ -369,8 +368,7 @@ def plan_row(size: str, args) -> dict:
         P,
         SIGMA,
         optimizer=jaxes.optim.clipup(0.01),
-        noise="lowrank",
-        noise_rank=args.plan_rank,
+        noise=jaxes.noise.lowrank(args.plan_rank),
         track_best=False,
     )
     state = jax.eval_shape(lambda p: es.init(jax.random.key(0), p), abstract)
@@ -679,7 +677,7 @@ def run(args, argv: list[str]) -> None:
         "plan_steps": args.plan_steps,
         "plan_rank": args.plan_rank,
         "plan_strategy": "jaxes.open_es(P, 0.01, optimizer=jaxes.optim.clipup(0.01), "
-        'noise="lowrank", noise_rank=r, track_best=False), bfloat16 params',
+        "noise=jaxes.noise.lowrank(r), track_best=False), bfloat16 params",
         "beyond_formula": "(argument + output + temp - alias - master - optimizer) / params",
         "time_total_s": time.perf_counter() - start,
     }

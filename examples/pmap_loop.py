@@ -38,7 +38,7 @@ def main() -> None:
     # A small noise table (256 KiB instead of 64 MiB): each device holds its own copy, and on
     # 4 fake CPU devices sharing 2 cores the default's copies add about 1 s to the quick run.
     strategy = jaxes.open_es(
-        population_size=8 * n, sigma=0.05, learning_rate=0.05, noise_table_size=2**16
+        population_size=8 * n, sigma=0.05, learning_rate=0.05, noise=jaxes.noise.noise_table(2**16)
     )
     task = function_task("sphere", dim=50)
     # Each device evaluates P/n members; only fitness is gathered across devices.

@@ -53,7 +53,9 @@ def run(devices, generations: int, seed: int = 0):
     mesh = Mesh(np.asarray(devices), ("d",))
     # A small noise table (256 KiB instead of 64 MiB): every device holds the state whole, and
     # fake CPU devices share one thread pool. Real devices are fine with the default.
-    strategy = jaxes.open_es(POPULATION, sigma=0.05, learning_rate=0.05, noise_table_size=2**16)
+    strategy = jaxes.open_es(
+        POPULATION, sigma=0.05, learning_rate=0.05, noise=jaxes.noise.noise_table(2**16)
+    )
     share = POPULATION // n
 
     def train(state, keys):  # runs once per device; state and keys are the same on all

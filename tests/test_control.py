@@ -14,7 +14,7 @@ import pytest
 
 import jaxes
 from jaxes import evaluation, factored, parallel, training, trees
-from jaxes.noise.lowrank import LowRank
+from jaxes.noise.factors import LowRank
 from jaxes.step import generation_step
 from jaxes.strategies import STRATEGIES
 from jaxes.tasks.control import rollout
@@ -137,7 +137,7 @@ def test_a_factored_generation_equals_the_built_members(case):
         episodes_per_member=2,
         reference_size=16,
     )
-    strategy = jaxes.open_es(8, sigma=0.5, noise="lowrank", noise_rank=1)
+    strategy = jaxes.open_es(8, sigma=0.5, noise=jaxes.noise.lowrank(1))
     (fitness, moments, info), (want, want_moments, want_info) = built_and_factored(
         task, strategy, dtype
     )
@@ -161,7 +161,7 @@ class OwnPolicy(nn.Module):
 
 def test_a_users_flax_module_runs_factored_too():
     task = gymnax_task("Breakout-MinAtar", OwnPolicy(), episode_length=40, episodes_per_member=2)
-    strategy = jaxes.open_es(8, sigma=0.5, noise="lowrank", noise_rank=2)
+    strategy = jaxes.open_es(8, sigma=0.5, noise=jaxes.noise.lowrank(2))
     (fitness, _, _), (want, _, _) = built_and_factored(task, strategy)
     np.testing.assert_allclose(np.asarray(fitness), np.asarray(want), rtol=1e-4, atol=1e-3)
     assert np.ptp(np.asarray(want)) > 0, want
@@ -171,7 +171,7 @@ def test_a_factored_brax_generation_equals_the_built_members():
     from jaxes.tasks.brax import brax_task
 
     task = brax_task("inverted_pendulum", episode_length=60, policy="mlp", hidden_sizes=(8,))
-    strategy = jaxes.open_es(8, sigma=0.5, noise="lowrank", noise_rank=1)
+    strategy = jaxes.open_es(8, sigma=0.5, noise=jaxes.noise.lowrank(1))
     (fitness, _, info), (want, _, want_info) = built_and_factored(task, strategy)
     np.testing.assert_allclose(np.asarray(fitness), np.asarray(want), rtol=1e-5)
     assert np.ptp(np.asarray(want)) > 0, want
@@ -235,7 +235,7 @@ def test_dense_displacements_rebuild_every_member_bit_identically(name, dtype):
 
 
 def test_the_low_rank_population_splits_over_devices():
-    strategy = jaxes.open_es(8, 0.1, learning_rate=0.05, noise="lowrank", noise_rank=1)
+    strategy = jaxes.open_es(8, 0.1, learning_rate=0.05, noise=jaxes.noise.lowrank(1))
     task = gymnax_task(
         "Breakout-MinAtar", "vbn_conv", hidden_sizes=(8,), episode_length=40, reference_size=8
     )
@@ -300,7 +300,7 @@ def test_factored_members_hold_no_copy_of_a_factored_leaf():
     """The factored members hold no copy of a factored leaf: only the dense leaves (biases)
     and the factors are per member."""
     task = gymnax_task("Breakout-MinAtar", "conv", hidden_sizes=(16,), episode_length=10)
-    strategy = jaxes.open_es(8, 0.1, noise="lowrank", noise_rank=1)
+    strategy = jaxes.open_es(8, 0.1, noise=jaxes.noise.lowrank(1))
     state = strategy.init(jax.random.key(0), task.init_params(jax.random.key(1)))
     centre = state.params
     deltas = jax.vmap(lambda i: strategy.perturbation(state, i))(jnp.arange(8))

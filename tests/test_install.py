@@ -129,7 +129,7 @@ def test_every_strategy_improves_a_function_task(name):
 @pytest.mark.parametrize("noise", ["table", "gaussian", "lowrank"])
 def test_members_are_rebuilt_bit_identically_and_evaluate_matches_them(noise):
     params = {"w": jnp.ones((6, 4)), "b": jnp.zeros(4)}
-    strategy = jaxes.open_es(8, 0.1, noise=noise, noise_rank=2)
+    strategy = jaxes.open_es(8, 0.1, noise=jaxes.noise.lowrank(2) if noise == "lowrank" else noise)
     state = strategy.init(jax.random.key(0), params)
     population, state = strategy.ask(jax.random.key(1), state)
     for i in (0, 5):

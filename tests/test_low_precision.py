@@ -12,7 +12,7 @@ import pytest
 
 import jaxes
 from jaxes import factored, quantized
-from jaxes.noise.lowrank import LowRank
+from jaxes.noise.factors import LowRank
 
 
 class Net(nn.Module):
@@ -49,7 +49,7 @@ def test_a_flax_transformer_kit_in_any_dtype_runs_factored_as_its_members(dtype)
     # The issue's reproduction: flax params in bf16, noise="lowrank", factored.evaluate and
     # flax's own {"params": ...} variables. Every member equals the member built dense.
     variables = flax_variables(dtype)
-    es = jaxes.open_es(4, sigma=0.05, noise="lowrank", noise_rank=2)
+    es = jaxes.open_es(4, sigma=0.05, noise=jaxes.noise.lowrank(2))
     state = drawn(es, variables["params"])
 
     def fitness(centre, delta):
@@ -72,7 +72,7 @@ def test_a_flax_transformer_kit_in_any_dtype_runs_factored_as_its_members(dtype)
 
 def test_a_rounded_leaf_with_factored_noise_is_its_rounded_centre_plus_the_exact_term():
     theta = jnp.array([[1.0 + 3 / 512, 2.0], [0.5, -1.0 - 5 / 1024]])
-    es = jaxes.open_es(4, sigma=1e-3, noise="lowrank", noise_rank=1)
+    es = jaxes.open_es(4, sigma=1e-3, noise=jaxes.noise.lowrank(1))
     state = drawn(es, {"w": theta.astype(jnp.bfloat16), "b": jnp.ones(2, jnp.bfloat16)})
     state = state._replace(params={"w": theta, "b": state.params["b"]})
     centre = jaxes.centre(state)
@@ -102,7 +102,7 @@ def test_the_bf16_factored_estimate_is_unbiased_for_the_gradient_at_the_rounded_
     # mean over draws is ∇F at the centre the members were built around, round(θ), not θ.
     theta = 8.0 + jnp.linspace(-0.03, 0.03, 12).reshape(4, 3)  # bf16's step at 8 is 1/16
     target = theta + 0.05
-    es = jaxes.open_es(64, sigma=0.01, noise="lowrank", noise_rank=2, fitness_shaping="raw")
+    es = jaxes.open_es(64, sigma=0.01, noise=jaxes.noise.lowrank(2), fitness_shaping="raw")
     eye = jnp.eye(4)
 
     def fitness(centre, delta):
@@ -180,7 +180,7 @@ def test_int8_leaves_need_their_scales():
 
 def test_int8_base_with_low_rank_members_matches_the_dequantized_members():
     params = flax_variables()["params"]
-    es = jaxes.open_es(4, sigma=0.05, noise="lowrank", noise_rank=2)
+    es = jaxes.open_es(4, sigma=0.05, noise=jaxes.noise.lowrank(2))
     state = drawn(es, params)
 
     def fitness(centre, delta):

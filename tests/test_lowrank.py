@@ -15,8 +15,8 @@ from test_unbiased import OBJECTIVES, SIGMA, THETA, P, within_standard_errors
 import jaxes
 from jaxes import evaluation, factored
 from jaxes.app.cli import main
-from jaxes.noise import Perturbations, lowrank
-from jaxes.noise.lowrank import LowRank
+from jaxes.noise import Perturbations, factors, lowrank
+from jaxes.noise.factors import LowRank
 from jaxes.tasks.functions import function_task
 
 # Several matrices, biases and a 3-D leaf (a batch of two 3 x 4 matrices).
@@ -29,7 +29,7 @@ LIKE = {
 
 def test_second_moments_are_the_identity():
     # E[vec(ε) vec(ε)ᵀ] = I for ε = A Bᵀ/√r, entry by entry within 5 standard errors.
-    src = lowrank.lowrank(2)
+    src = lowrank(2)
     like = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(2), "t": jnp.zeros((2, 2, 3))}
     draws = 40_000
 
@@ -50,18 +50,18 @@ def test_second_moments_are_the_identity():
 
 
 def test_rank_is_clamped_per_leaf_and_must_be_positive():
-    f = lowrank.lowrank(4).factors(None, jax.random.key(0), 0, {"w": jnp.zeros((2, 5))})
+    f = lowrank(4).factors(None, jax.random.key(0), 0, {"w": jnp.zeros((2, 5))})
     assert f["w"].a.shape == (2, 2) and f["w"].b.shape == (5, 2)
     for bad in (0, -1, 1.5):
-        with pytest.raises(ValueError, match=r"^noise_rank: expected an int >= 1"):
-            jaxes.open_es(8, noise="lowrank", noise_rank=bad)
+        with pytest.raises(ValueError, match=r"^rank: expected an int >= 1"):
+            jaxes.open_es(8, noise=jaxes.noise.lowrank(bad))
 
 
 @pytest.mark.parametrize("name", ["linear", "quadratic"])
 def test_low_rank_estimator_is_unbiased(name):
     # θ as a 2 x 2 matrix, so every perturbation is a rank-1 product (not Gaussian).
     f, truth = OBJECTIVES[name]
-    es = jaxes.open_es(P, SIGMA, fitness_shaping="raw", noise="lowrank", noise_rank=1)
+    es = jaxes.open_es(P, SIGMA, fitness_shaping="raw", noise=jaxes.noise.lowrank(1))
     state = es.init(jax.random.key(0), THETA.reshape(2, 2))
 
     @jax.jit
@@ -76,7 +76,7 @@ def test_low_rank_estimator_is_unbiased(name):
     within_standard_errors(estimates(jax.random.split(jax.random.key(1), 4000)), truth)
 
 
-ES = jaxes.open_es(8, 0.1, noise="lowrank", noise_rank=2)
+ES = jaxes.open_es(8, 0.1, noise=jaxes.noise.lowrank(2))
 
 
 def drawn_state(strategy=ES, params=LIKE, seed=0):
@@ -118,7 +118,7 @@ def test_map_members_hands_over_the_displacements_bit_identically(chunk):
 @pytest.mark.parametrize("antithetic", [True, False])
 @pytest.mark.parametrize("budget", [None, 700])  # 700 bytes: several chunks and padding
 def test_tell_sums_factors_as_the_materialised_noise_does(antithetic, budget):
-    src = lowrank.lowrank(2)
+    src = lowrank(2)
     kw = dict(population_size=10, antithetic=antithetic, memory_budget=budget)
     factored_sums = Perturbations(src, **kw)
     dense_sums = Perturbations(src._replace(factors=None, combine=None), **kw)
@@ -136,7 +136,7 @@ def test_tell_sums_factors_as_the_materialised_noise_does(antithetic, budget):
 
 def factored_tell_scratch(population_size):
     """Bytes of scratch XLA plans for the factored, donated tell of a 512 x 512 matrix."""
-    es = jaxes.open_es(population_size, 0.1, noise="lowrank", noise_rank=1, track_best=False)
+    es = jaxes.open_es(population_size, 0.1, noise=jaxes.noise.lowrank(1), track_best=False)
     params = jnp.zeros((512, 512))
     state = es.init(jax.random.key(0), params)
     _, state = es.ask(jax.random.key(1), state)
@@ -197,7 +197,7 @@ def test_flax_apply_and_evaluate_equal_the_materialised_members():
 
 def test_classical_estimator_check_passes_with_low_rank_noise():
     params = jax.tree.map(lambda x: x + 0.5, LIKE)
-    es = jaxes.open_es(16, 0.1, noise="lowrank", noise_rank=2)
+    es = jaxes.open_es(16, 0.1, noise=jaxes.noise.lowrank(2))
     jaxes.testing.assert_update_matches_classical(
         es, params, lambda p: -sum(jnp.sum(x**2) for x in jax.tree.leaves(p)), jax.random.key(3)
     )
@@ -206,9 +206,9 @@ def test_classical_estimator_check_passes_with_low_rank_noise():
 @pytest.mark.parametrize(
     "strategy",
     [
-        jaxes.open_es(16, 0.05, learning_rate=0.05, noise="lowrank", noise_rank=2),
+        jaxes.open_es(16, 0.05, learning_rate=0.05, noise=jaxes.noise.lowrank(2)),
         jaxes.pgpe(16, 0.05, sigma_learning_rate=0, noise="lowrank"),
-        jaxes.ars(16, 0.05, learning_rate=0.05, noise="lowrank", noise_rank=2),
+        jaxes.ars(16, 0.05, learning_rate=0.05, noise=jaxes.noise.lowrank(2)),
     ],
     ids=["open_es", "pgpe", "ars"],
 )
@@ -231,7 +231,7 @@ def test_device_split_gives_the_one_device_params(strategy):
         (lambda: jaxes.sep_cma_es(8, noise="lowrank"), "sep_cma_es's covariance"),
         (lambda: jaxes.pgpe(8, noise="lowrank"), "pgpe's σ update"),
         (lambda: jaxes.snes(8, noise="lowrank"), "snes's σ update"),
-        (lambda: jaxes.open_es(8, noise="lowrnk"), "unknown source 'lowrnk'"),
+        (lambda: jaxes.open_es(8, noise="lowrnk"), "got 'lowrnk'"),
     ],
 )
 def test_strategies_refuse_what_low_rank_noise_cannot_serve(build, message):
@@ -250,7 +250,7 @@ def test_factored_displacements_need_one_sigma_per_leaf():
     "flags, message",
     [
         (["--noise", "lowrank", "--noise-rank", "0"], "noise_rank: expected an int >= 1"),
-        (["--noise", "lowrank", "--strategy", "sep_cma_es"], "sep_cma_es: noise: 'lowrank'"),
+        (["--noise", "lowrank", "--strategy", "sep_cma_es"], "sep_cma_es: noise: 'lowrank(r=1)'"),
     ],
 )
 def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message):
@@ -272,7 +272,7 @@ def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
     jax.jit(generation_step(strategy, task)).lower(state)
     delta = strategy.perturbation(state.strategy_state, 0)
     kernels = [
-        x for x in jax.tree.leaves(delta, is_leaf=lowrank.is_factored) if lowrank.is_factored(x)
+        x for x in jax.tree.leaves(delta, is_leaf=factors.is_factored) if factors.is_factored(x)
     ]
     assert kernels and all(k.a.shape[-1] <= 3 for k in kernels)
     assert any(k.a.shape[-1] == 3 for k in kernels)

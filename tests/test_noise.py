@@ -193,10 +193,10 @@ def test_noise_key_uses_every_word_of_any_key():
 
 
 def test_bad_noise_settings():
-    with pytest.raises(ValueError, match="noise_table_size"):
+    with pytest.raises(ValueError, match=r"^size: expected an int >= 2"):
         noise.noise_table(1)
-    with pytest.raises(ValueError, match=r"noise_table_size: a table of 5 floats .* >= 20"):
-        jaxes.open_es(4, noise_table_size=5).init(jax.random.key(0), jnp.zeros(10))
+    with pytest.raises(ValueError, match=r"noise_table: a table of 5 floats .* >= 20"):
+        jaxes.open_es(4, noise=jaxes.noise.noise_table(5)).init(jax.random.key(0), jnp.zeros(10))
     with pytest.raises(ValueError, match="key: expected one PRNG key"):
         noise.noise_key(jnp.zeros(2, jnp.float32))
 

@@ -223,7 +223,8 @@ def test_sigma_schedule_with_floor():
 
 
 def test_memory_lean_evaluation_matches_ask():
-    es = jaxes.open_es(P, sigma=0.1, learning_rate=0.05, noise_batch_size=3)
+    # 3 perturbations of PARAMS' 8 float32 values a chunk
+    es = jaxes.open_es(P, sigma=0.1, learning_rate=0.05, memory_budget=3 * 8 * 4)
 
     @jax.jit
     def lean(state, key):
@@ -251,7 +252,7 @@ def test_memory_lean_evaluation_matches_ask():
         ({"population_size": 8, "learning_rate": 0}, r"learning_rate.*> 0"),
         ({"population_size": 8, "l2_coeff": -0.1}, r"l2_coeff.*>= 0"),
         ({"population_size": 8, "noise": "uniform"}, r"noise.*table.*gaussian"),
-        ({"population_size": 8, "noise_batch_size": 0}, r"noise_batch_size"),
+        ({"population_size": 8, "noise": 3}, r"noise: expected a jaxes.noise source"),
         ({"population_size": 8, "optimizer": "adam"}, r"optimizer.*GradientTransformation"),
         ({"population_size": 8, "fitness_shaping": "ranks"}, r"fitness_shaping"),
     ],

@@ -144,7 +144,7 @@ def test_only_fitness_and_fixed_statistics_cross_devices():
     assert any(op == "all-gather" and count == STRATEGY.population_size for op, count in found)
 
 
-SMALL = jaxes.open_es(16, 0.05, learning_rate=0.05, noise_table_size=2**16)
+SMALL = jaxes.open_es(16, 0.05, learning_rate=0.05, noise=jaxes.noise.noise_table(2**16))
 
 
 def sphere(x):

@@ -250,7 +250,7 @@ def test_best_member_is_rebuilt_on_request_or_not_tracked():
 
 def test_runner_donates_and_checkpoints_rebuild_the_noise_table(tmp_path):
     es, task = (
-        jaxes.open_es(4, 0.1, noise="table", noise_table_size=2**20),
+        jaxes.open_es(4, 0.1, noise=jaxes.noise.noise_table(2**20)),
         function_task("sphere", 3),
     )
     state = training.init_state(es, task, 0)

@@ -12,7 +12,7 @@ import pytest
 
 import jaxes
 from jaxes import parallel
-from jaxes.noise.lowrank import LowRank
+from jaxes.noise.factors import LowRank
 from jaxes.step import TrainState, generation_step
 from jaxes.tasks.sequence import generate, prompt_batch, sequence_task
 from jaxes.tasks.transformer import Transformer
@@ -37,7 +37,7 @@ PARAMS = jax.jit(init_params)(jax.random.key(0))
 # Two members at a time: one device runs two chunks, each of two devices one.
 TASK = sequence_task(MODEL, init_params, POOL, reward, STEPS, batch_size=BATCH, chunk_size=2)
 # Low-rank noise, σ large enough that members generate different tokens.
-ES = jaxes.open_es(P, sigma=0.5, noise="lowrank", noise_rank=2)
+ES = jaxes.open_es(P, sigma=0.5, noise=jaxes.noise.lowrank(2))
 
 
 @jax.jit

@@ -20,7 +20,7 @@ def fitness(p):
     "kwargs",
     [
         {},
-        {"noise": "table", "noise_table_size": 1000, "noise_batch_size": 3},
+        {"noise": jaxes.noise.noise_table(1000), "memory_budget": 3 * 8 * 4},  # 3 at once
         {"antithetic": False, "population_size": 9, "fitness_shaping": "z_score"},
     ],
 )

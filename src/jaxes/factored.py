@@ -21,7 +21,7 @@ Three ways in:
 
 Example:
   >>> import jax, jax.numpy as jnp, jaxes
-  >>> es = jaxes.open_es(4, sigma=0.1, noise="lowrank", noise_rank=2)
+  >>> es = jaxes.open_es(4, sigma=0.1, noise=jaxes.noise.lowrank(rank=2))
   >>> state = es.init(jax.random.key(0), {"w": jnp.ones((3, 5))})
   >>> _, state = es.ask(jax.random.key(1), state)
   >>> x = jnp.ones((7, 3))
@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxes import evaluation, quantized, trees
-from jaxes.noise.lowrank import LowRank, is_factored
+from jaxes.noise.factors import LowRank, is_factored
 from jaxes.quantized import Int8, is_int8
 from jaxes.types import Params, Strategy
 

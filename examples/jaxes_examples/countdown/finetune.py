@@ -41,6 +41,7 @@ import numpy as np
 import optax
 
 from jaxes import quantized
+from jaxes.noise import lowrank
 from jaxes.step import TrainState, generation_step
 from jaxes.strategies import open_es
 from jaxes.tasks.sequence import generate, prompt_batch, sequence_task
@@ -116,8 +117,7 @@ def make_strategy(method: Method):
         sigma=method.sigma,
         learning_rate=method.learning_rate,
         antithetic=method.antithetic,
-        noise=method.noise,
-        noise_rank=method.rank,
+        noise=lowrank(method.rank) if method.noise == "lowrank" else method.noise,
         track_best=False,
     )
 

@@ -27,6 +27,7 @@ import optax
 
 from jaxes import factored, quantized, subspace, trees
 from jaxes.evaluation import evaluate
+from jaxes.noise import lowrank
 from jaxes.strategies import open_es
 from jaxes.types import Strategy
 
@@ -128,8 +129,7 @@ def make_strategy(config: Config) -> Strategy:
         sigma=config.sigma,
         optimizer=optax.adam(lr),
         l2_coeff=config.l2,
-        noise=config.noise,
-        noise_rank=config.rank,
+        noise=lowrank(config.rank) if config.noise == "lowrank" else config.noise,
         # The best member of a noisy minibatch is not worth a copy of θ each generation.
         track_best=False,
     )

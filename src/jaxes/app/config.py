@@ -14,6 +14,7 @@ import math
 
 import jax
 
+from jaxes import noise as noise_lib
 from jaxes import shaping, trees
 from jaxes import subspace as subspace_lib
 from jaxes.app import presets
@@ -59,7 +60,6 @@ STRATEGY_SETTINGS = (
     "l2_coeff",
     "fitness_shaping",
     "noise",
-    "noise_rank",
 )
 # Settings added after runs were first written: a config.json without one means its default.
 ADDED_LATER = (
@@ -410,6 +410,8 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         for name in STRATEGY_SETTINGS
         if getattr(config, name) is not None and takes(config.strategy, name)
     }
+    if settings.get("noise") == "lowrank":
+        settings["noise"] = noise_lib.lowrank(config.noise_rank)
     try:
         strategy = STRATEGIES[config.strategy](config.population_size, **settings)
     except ValueError as err:

@@ -9,7 +9,8 @@ The package, one job a module:
   * ``keys``: ``noise_key`` (any key to one threefry key) and ``base_key``;
   * ``sources``: where ``ε_j`` comes from (``NoiseSource``; ``auto``, ``noise_table``,
     ``gaussian``, ``gaussian_together``; the table's size and layout; ``NOISE_SOURCES``);
-  * ``lowrank``: rank-``r`` perturbations kept as factors (``jaxes.noise.lowrank.lowrank``);
+  * ``factors``: rank-``r`` perturbations kept as factors (``lowrank(rank)``, the source;
+    ``LowRank``, one leaf's factors);
   * ``budget``: how many members or bases a ``memory_budget`` holds at once;
   * ``perturbations``: ``Perturbations``, the recipe from ``(noise_state, key, i)`` to member
     ``i``, and ``perturb``;
@@ -31,6 +32,7 @@ from jaxes.noise.budget import (
     largest_divisor_at_most,
     member_bytes,
 )
+from jaxes.noise.factors import LowRank, lowrank
 from jaxes.noise.keys import base_key, noise_key
 from jaxes.noise.perturbations import Perturbations, perturb
 from jaxes.noise.sources import (
@@ -53,6 +55,7 @@ from jaxes.noise.sources import (
 __all__ = [
     "AUTO_GAUSSIAN_VALUES",
     "DEFAULT_MEMORY_BUDGET",
+    "LowRank",
     "MAX_TABLE_SIZE",
     "MIN_EXPLICIT_BLOCK",
     "MIN_TABLE_WINDOWS",
@@ -67,6 +70,7 @@ __all__ = [
     "gaussian",
     "gaussian_together",
     "largest_divisor_at_most",
+    "lowrank",
     "member_bytes",
     "noise_key",
     "noise_table",

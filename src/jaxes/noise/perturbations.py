@@ -28,8 +28,8 @@ import jax.numpy as jnp
 
 from jaxes.noise import budget
 from jaxes.noise import moments as moments_lib
+from jaxes.noise.factors import is_factored
 from jaxes.noise.keys import noise_key
-from jaxes.noise.lowrank import is_factored
 from jaxes.noise.sources import NoiseSource, Table
 from jaxes.trees import broadcast_like, is_rounded, master_dtype, num_params
 from jaxes.types import Params

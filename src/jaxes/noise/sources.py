@@ -14,7 +14,7 @@ Sources:
     drawing it (Salimans et al.'s shared table).
   * ``gaussian()``: fresh N(0, I) draws (threefry) for every perturbation;
     ``gaussian_together(bases)``: one draw for a whole (small) population.
-  * ``jaxes.noise.lowrank.lowrank(r)``: rank-``r`` products ``A Bᵀ/√r`` for matrices, kept as
+  * ``jaxes.noise.lowrank(r)``: rank-``r`` products ``A Bᵀ/√r`` for matrices, kept as
     factors where it pays (``factors``/``combine``, ``Perturbations.displacement``).
 
 ``NOISE_SOURCES`` names the sources a strategy's ``noise=`` setting accepts.
@@ -54,7 +54,7 @@ class NoiseSource(NamedTuple):
         terms derived for Gaussian samples (σ and covariance updates) hold for it.
       factors: ``factors(noise_state, key, j, params)``, for a source that keeps ``ε`` in a
         cheaper form: a pytree like ``params`` whose leaves are arrays or factored
-        stand-ins (``jaxes.noise.lowrank.LowRank``) that ``sample`` multiplies out; ``None``.
+        stand-ins (``jaxes.noise.factors.LowRank``) that ``sample`` multiplies out; ``None``.
       combine: with ``factors``, ``combine(coeffs, stacked) -> [Σ_b coeffs[k, b] ε_b]``
         for one leaf's factors stacked over bases (``coeffs`` is ``(K, batch)``), so that
         ``tell`` sums the population without multiplying it out.
@@ -112,7 +112,7 @@ def _power_of_two_at_most(n: int) -> int:
 
 
 def table_size(dim: int, bases: int = 1) -> int:
-    """Floats in a table sized to the problem (``noise_table_size=None``): room for the
+    """Floats in a table sized to the problem (``noise_table(None)``): room for the
     smallest power of two ``W >= max(2d, bases, 2**16)`` of window starts, each followed by
     ``d`` values, at most ``2**24`` floats (64 MiB) in all.
 
@@ -184,7 +184,7 @@ def noise_table(size: int | None = None, bases: int = 1) -> NoiseSource:
       (65545,)
     """
     if size is not None:
-        size = check_int("noise_table_size", size, 2)
+        size = check_int("size", size, 2)
     bases = check_int("bases", bases, 1)
 
     def size_for(dim: int) -> int:
@@ -195,8 +195,8 @@ def noise_table(size: int | None = None, bases: int = 1) -> NoiseSource:
         total = size_for(dim)
         if total < min(2 * dim, 2 * MIN_EXPLICIT_BLOCK):
             raise ValueError(
-                f"noise_table_size: a table of {total} floats would repeat values inside one "
-                f"perturbation of {dim} parameters; use noise_table_size >= "
+                f"noise_table: a table of {total} floats would repeat values inside one "
+                f"perturbation of {dim} parameters; use a size >= "
                 f"{min(2 * dim, 2 * MIN_EXPLICIT_BLOCK)}, or None (sized to the problem)"
             )
         # Elementwise only, so the table is bit-identical whether init runs eagerly or in jit.

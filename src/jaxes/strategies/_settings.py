@@ -19,7 +19,7 @@ from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes import trees
 from jaxes.checks import check_int, check_positive, is_traced
-from jaxes.noise import NOISE_SOURCES, lowrank
+from jaxes.noise import NOISE_SOURCES, NoiseSource, factors
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -185,40 +185,42 @@ def is_rank_shaping(fitness_shaping) -> bool | None:
 
 
 class NoiseSettings(NamedTuple):
-    """The noise keywords every factory takes (their meaning: ``jaxes.open_es``'s docstring).
+    """The two noise settings every factory of a per-coordinate strategy takes (their meaning:
+    ``jaxes.open_es``'s docstring).
 
     Attributes:
-      noise: ``"auto"``, ``"table"``, ``"gaussian"`` or ``"lowrank"``.
-      noise_table_size: floats in the table (``None``: sized to the problem).
-      noise_rank: the rank of ``"lowrank"`` perturbations.
-      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as the budget fits).
+      noise: a ``NoiseSource`` (``jaxes.noise.lowrank(rank=4)``, ``jaxes.noise.noise_table(size)``,
+        ``jaxes.noise.gaussian()``, ...) or its name: ``"auto"``, ``"table"``, ``"gaussian"``
+        or ``"lowrank"`` (rank 1).
       memory_budget: bytes in flight at once (``None``: 64 MiB).
     """
 
-    noise: str = "auto"
-    noise_table_size: int | None = None
-    noise_rank: int = 1
-    noise_batch_size: int | None = None
+    noise: str | NoiseSource = "auto"
     memory_budget: int | None = None
 
 
-def check_batch_size(batch_size) -> int | None:
-    """``None`` or an int >= 1."""
-    return None if batch_size is None else check_int("noise_batch_size", batch_size, 1)
+def noise_source(noise: str | NoiseSource, bases: int) -> NoiseSource:
+    """The source ``noise`` is or names, for a population of ``bases`` base perturbations (a
+    name sizes a table to them; a source given is used as it was built).
 
-
-def noise_source(settings: NoiseSettings, bases: int) -> noise_lib.NoiseSource:
-    """The source ``settings.noise`` names, for a population of ``bases`` base perturbations."""
-    noise, table_size = settings.noise, settings.noise_table_size
-    if noise == "auto" and table_size is None:
+    Example:
+      >>> noise_source("lowrank", 4).name, noise_source(factors.lowrank(3), 4).name
+      ('lowrank(r=1)', 'lowrank(r=3)')
+    """
+    if isinstance(noise, NoiseSource):
+        return noise
+    if noise == "auto":
         return noise_lib.auto(None, bases)
-    if noise in ("auto", "table"):  # a table size given is a table asked for
-        return noise_lib.noise_table(table_size, bases)
+    if noise == "table":
+        return noise_lib.noise_table(None, bases)
     if noise == "gaussian":
         return noise_lib.gaussian()
     if noise == "lowrank":
-        return lowrank.lowrank(settings.noise_rank)
-    raise ValueError(f"noise: unknown source {noise!r}; allowed: {list(NOISE_SOURCES)}")
+        return factors.lowrank(1)
+    raise ValueError(
+        f"noise: expected a jaxes.noise source (e.g. jaxes.noise.lowrank(rank=4)) or one of "
+        f"{list(NOISE_SOURCES)}, got {noise!r}"
+    )
 
 
 def make_perturbations(
@@ -238,18 +240,18 @@ def make_perturbations(
       >>> make_perturbations(NoiseSettings("lowrank"), 8, True, "a σ update")
       Traceback (most recent call last):
         ...
-      ValueError: noise: 'lowrank' perturbations are not Gaussian, and a σ update is derived for Gaussian ones; use noise='auto', 'gaussian' or 'table'
+      ValueError: noise: 'lowrank(r=1)' perturbations are not Gaussian, and a σ update is derived for Gaussian ones; use noise='auto', 'gaussian' or 'table'
     """  # noqa: E501
-    source = noise_source(settings, population_size // 2 if antithetic else population_size)
+    bases = population_size // 2 if antithetic else population_size
+    source = noise_source(settings.noise, bases)
     if gaussian_term is not None and not source.gaussian:
         raise ValueError(
-            f"noise: {settings.noise!r} perturbations are not Gaussian, and {gaussian_term} is "
+            f"noise: {source.name!r} perturbations are not Gaussian, and {gaussian_term} is "
             "derived for Gaussian ones; use noise='auto', 'gaussian' or 'table'"
         )
     return noise_lib.Perturbations(
         source=source,
         population_size=population_size,
         antithetic=bool(antithetic),
-        batch_size=check_batch_size(settings.noise_batch_size),
         memory_budget=noise_lib.check_memory_budget(settings.memory_budget),
     )

@@ -24,6 +24,7 @@ import optax
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
+from jaxes.noise import NoiseSource
 from jaxes.strategies._settings import (
     NoiseSettings,
     check_optimizer,
@@ -97,10 +98,7 @@ def ars(
     *,
     optimizer: optax.GradientTransformation | None = None,
     sigma_floor=None,
-    noise: str = "auto",
-    noise_table_size: int | None = None,
-    noise_rank: int = 1,
-    noise_batch_size: int | None = None,
+    noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
     track_best: bool = True,
 ) -> Strategy:
@@ -114,8 +112,7 @@ def ars(
       top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
         (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
       optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
-      sigma_floor, noise, noise_table_size, noise_rank, noise_batch_size, memory_budget,
-        track_best: as for ``open_es``.
+      sigma_floor, noise, memory_budget, track_best: as for ``open_es``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -169,7 +166,4 @@ def ars(
         estimate=estimate,
         update=update,
     )
-    noise_settings = NoiseSettings(
-        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
-    )
-    return build(spec, noise_settings, track_best)
+    return build(spec, NoiseSettings(noise, memory_budget), track_best)

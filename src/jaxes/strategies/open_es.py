@@ -10,6 +10,7 @@ import optax
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
+from jaxes.noise import NoiseSource
 from jaxes.strategies._settings import (
     NoiseSettings,
     check_optimizer,
@@ -53,11 +54,8 @@ def open_es(
     l2_coeff=0.0,
     antithetic: bool = True,
     fitness_shaping="centered_rank",
-    noise: str = "auto",
-    noise_table_size: int | None = None,
-    noise_rank: int = 1,
+    noise: str | NoiseSource = "auto",
     sigma_floor=None,
-    noise_batch_size: int | None = None,
     memory_budget: int | None = None,
     track_best: bool = True,
 ) -> Strategy:
@@ -79,22 +77,19 @@ def open_es(
       l2_coeff: L2 penalty coefficient (>= 0) on θ.
       antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"`` or a callable.
-      noise: ``"auto"`` (the default: ``"gaussian"`` for a population of fewer than
-        ``2**14`` noise values, ``"table"`` otherwise; ``jaxes.noise.auto``), ``"table"``
-        (windows of a noise table sized to the problem: fast), ``"gaussian"`` (fresh draws
-        from keys) or ``"lowrank"`` (rank-``noise_rank`` products for every leaf with two or
-        more axes, ``jaxes.noise.lowrank``).
-      noise_table_size: floats in the table; ``None`` sizes it to the problem
-        (``jaxes.noise.table_size``: about ``3d``, at least ``2**16``, at most ``2**24``).
-        A size given makes ``"auto"`` a table whatever the problem's size.
-      noise_rank: the rank of ``noise="lowrank"`` perturbations (>= 1; clamped per leaf to
-        ``min(m, n)``).
+      noise: where members' noise comes from: a ``jaxes.noise`` source
+        (``jaxes.noise.lowrank(rank=4)``: rank-4 products ``A Bᵀ/√r`` for every leaf with two
+        or more axes, clamped per leaf to ``min(m, n)``; ``jaxes.noise.noise_table(size)``: a
+        table of ``size`` floats; ``jaxes.noise.gaussian()``) or its name: ``"auto"`` (the
+        default: ``"gaussian"`` for a population of fewer than ``2**14`` noise values,
+        ``"table"`` otherwise; ``jaxes.noise.auto``), ``"table"`` (windows of a noise table
+        sized to the problem, ``jaxes.noise.table_size``: about ``3d``, at least ``2**16``,
+        at most ``2**24``), ``"gaussian"`` (fresh draws from keys) or ``"lowrank"`` (rank 1).
       sigma_floor: σ never goes below it (> 0), whatever a schedule returns; ``None`` is
         ``1e-8`` for a float32 state, finer for float64 (``default_sigma_floor``).
-      noise_batch_size: perturbations ``tell`` rebuilds at once (``None``: as many as fit in
-        ``memory_budget``).
       memory_budget: bytes of members (evaluation) or rebuilt noise (``tell``) in flight at
-        once; ``None`` is 64 MiB and at least one member.
+        once; ``None`` is 64 MiB and at least one member. It sets how many perturbations
+        ``tell`` rebuilds at once.
       track_best: keep what is needed to rebuild the best member seen
         (``strategy.best_params``): a float32 copy of θ, taken when a better member appears.
         False keeps only its fitness.
@@ -152,7 +147,4 @@ def open_es(
         estimate=estimate,
         update=update,
     )
-    noise_settings = NoiseSettings(
-        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
-    )
-    return build(spec, noise_settings, track_best)
+    return build(spec, NoiseSettings(noise, memory_budget), track_best)

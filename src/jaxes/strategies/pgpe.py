@@ -21,6 +21,7 @@ import optax
 from jaxes import centroid, optim
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_below, check_positive
+from jaxes.noise import NoiseSource
 from jaxes.strategies._settings import (
     NoiseSettings,
     check_fixed_sigma,
@@ -70,10 +71,7 @@ def pgpe(
     max_speed=None,
     momentum=0.9,
     fitness_shaping="centered_rank",
-    noise: str = "auto",
-    noise_table_size: int | None = None,
-    noise_rank: int = 1,
-    noise_batch_size: int | None = None,
+    noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
     track_best: bool = True,
 ) -> Strategy:
@@ -92,7 +90,7 @@ def pgpe(
       momentum: ClipUp's momentum in ``[0, 1)``.
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
         callable.
-      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+      noise, memory_budget, track_best:
         as for ``open_es``.
 
     Example:
@@ -157,10 +155,7 @@ def pgpe(
             else None
         ),
     )
-    noise_settings = NoiseSettings(
-        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
-    )
-    return build(spec, noise_settings, track_best)
+    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:

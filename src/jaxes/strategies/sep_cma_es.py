@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
+from jaxes.noise import NoiseSource
 from jaxes.strategies._settings import (
     NoiseSettings,
     check_fixed_sigma,
@@ -75,10 +76,7 @@ def sep_cma_es(
     learning_rate=1.0,
     *,
     sigma_floor=None,
-    noise: str = "auto",
-    noise_table_size: int | None = None,
-    noise_rank: int = 1,
-    noise_batch_size: int | None = None,
+    noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
     track_best: bool = True,
 ) -> Strategy:
@@ -93,7 +91,7 @@ def sep_cma_es(
       learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
       sigma_floor: σ never goes below it (> 0); ``None`` is ``1e-8`` for a float32 state,
         finer for float64 (``default_sigma_floor``).
-      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+      noise, memory_budget, track_best:
         as for ``open_es``.
 
     Example:
@@ -148,10 +146,7 @@ def sep_cma_es(
         update=update,
         gaussian_term="sep_cma_es's covariance and step-size adaptation",
     )
-    noise_settings = NoiseSettings(
-        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
-    )
-    return build(spec, noise_settings, track_best)
+    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def member_scale(state: SepCMAState) -> Params:

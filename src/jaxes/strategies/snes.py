@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
+from jaxes.noise import NoiseSource
 from jaxes.strategies._settings import (
     NoiseSettings,
     check_fixed_sigma,
@@ -75,10 +76,7 @@ def snes(
     *,
     antithetic: bool = False,
     fitness_shaping="log_rank",
-    noise: str = "auto",
-    noise_table_size: int | None = None,
-    noise_rank: int = 1,
-    noise_batch_size: int | None = None,
+    noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
     track_best: bool = True,
 ) -> Strategy:
@@ -94,7 +92,7 @@ def snes(
       antithetic: sample ``(+z, -z)`` pairs (off in the paper).
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
         callable (utilities are centred, so only their differences matter).
-      noise, noise_table_size, noise_rank, noise_batch_size, memory_budget, track_best:
+      noise, memory_budget, track_best:
         as for ``open_es``.
 
     Example:
@@ -159,10 +157,7 @@ def snes(
             else None
         ),
     )
-    noise_settings = NoiseSettings(
-        noise, noise_table_size, noise_rank, noise_batch_size, memory_budget
-    )
-    return build(spec, noise_settings, track_best)
+    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:

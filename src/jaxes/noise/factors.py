@@ -97,7 +97,7 @@ def lowrank(rank: int = 1) -> NoiseSource:
       >>> bool(jnp.allclose(src.sample(None, jax.random.key(0), 0, params)["w"], f["w"].dense()))
       True
     """
-    rank = check_int("noise_rank", rank, 1)
+    rank = check_int("rank", rank, 1)
 
     def init(key, params):
         del key, params
