@@ -15,7 +15,9 @@ process (the median of `--repeats`, after one warm-up import that fills the byte
 Run:
   .venv/bin/python benchmarks/install.py                # the working tree (~3 min)
   .venv/bin/python benchmarks/install.py --rev 965c076  # a revision: its own pyproject.toml
-Results: benchmarks/results/install.json (install_<rev>.json with --rev).
+Results: benchmarks/results/install.json for the working tree; a `--rev` run is a comparison
+for the docs, not the project's result, so it goes to build/install-rev.json unless `--out`
+names a file (git keeps every committed result: `git show REV:benchmarks/results/install.json`).
 """
 
 from __future__ import annotations
@@ -123,8 +125,9 @@ def parse_args(argv: list[str]):
     parser.add_argument("--rev", help="a git revision to build instead of the working tree")
     parser.add_argument("--repeats", type=int, default=5, help="timed imports per install")
     args = parser.parse_args(argv)
-    name = "install" if args.rev is None else f"install_{args.rev}"
-    args.out = args.out or driver.results_path(name)
+    if args.out is None:
+        rev_out = REPO / "build" / "install-rev.json"
+        args.out = driver.results_path("install") if args.rev is None else rev_out
     return args
 
 

@@ -38,17 +38,9 @@ What it measures, per env:
    tanh-Gaussian head (the deterministic policy of the paper and of jaxes) instead of
    sampling it; step sizes "tuned" (Adam lr 0.03, std 0.05, no L2, as
    benchmarks/brax_vs_brax_es.py found best on inverted_pendulum) or "preset" (the jaxes
-   preset's sigma, lr and L2, converted to Brax's scale). One-seed trials of about 3
-   minutes on this 2-core CPU, eval return at 0.5 / 1 / 1.4 M env steps:
-     hopper       preset 609 / 744 / 761, tuned 495 / 545 / 562, Brax's defaults (lr 1e-3,
-                  std 0.1, raw fitness, no normalisation, sampled actions) 36 at 0.19 M;
-                  sampled actions instead of the mode, at 0.86 M: preset 528 (mode 672),
-                  tuned 565 (mode 535)
-     halfcheetah  tuned 155 / 775 / 698 (best 1287), preset -126 / 87 / 100
-     walker2d     preset 781 / 979 / 1062, tuned 223 / 900 / 1072
-     inverted_double_pendulum: the preset's step sizes are the tuned ones (9343 at 1.4 M)
-   so hopper and walker2d take "preset", the others "tuned" (swimmer and inverted_pendulum
-   untried). The comparison is at equal env steps in Brax's count (alive steps): the
+   preset's sigma, lr and L2, converted to Brax's scale); hopper and walker2d take "preset",
+   the others "tuned", as one-seed trials found (docs/benchmarks.md, "How Brax ES's settings
+   were chosen"). The comparison is at equal env steps in Brax's count (alive steps): the
    largest that both curves reached, jaxes' median over seeds of its last evaluation at or
    before it against Brax's.
 
