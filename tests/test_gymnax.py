@@ -1,6 +1,7 @@
 """gymnax environments as tasks: the rollout against a plain Python loop, termination and
 truncation, frame skip, the device split, every registered env tracing, and CartPole learning."""
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -268,3 +269,16 @@ def test_cli_errors_are_one_line(tmp_path):
         "got shape (4,)\n"
     )
     assert not out.exists()
+
+
+def test_the_minatar_preset_is_low_rank_and_old_run_configs_keep_their_settings():
+    """The sweep's setting is the MinAtar preset (issue 39), for open_es only; a config.json
+    written before noise_rank and vbn_reference_size existed keeps what they meant then."""
+    config = TrainConfig(env="Breakout-MinAtar")
+    assert (config.noise, config.noise_rank, config.vbn_reference_size) == ("lowrank", 1, 32)
+    assert TrainConfig(env="Breakout-MinAtar", strategy="snes").noise == "table"
+    assert TrainConfig(env="hopper").noise == "table"
+    old = dataclasses.asdict(config)
+    del old["noise_rank"], old["vbn_reference_size"]
+    restored = TrainConfig.from_dict({**old, "noise": "table"})
+    assert (restored.noise_rank, restored.vbn_reference_size) == (1, 128)

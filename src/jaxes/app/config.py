@@ -61,14 +61,15 @@ STRATEGY_SETTINGS = (
     "fitness_shaping",
     "noise",
 )
-# Settings added after runs were first written: a config.json without one means its default.
-ADDED_LATER = (
-    "noise_rank",
-    "vbn_reference_size",
-    "subspace_dim",
-    "subspace_projection",
-    "preset",
-)
+# Settings added after runs were first written, and what a config.json without one meant
+# (the default then, not the env's preset now).
+ADDED_LATER = {
+    "noise_rank": 1,
+    "vbn_reference_size": 128,
+    "subspace_dim": None,
+    "subspace_projection": "dense",
+    "preset": None,
+}
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -128,15 +129,15 @@ class TrainConfig:
     learning_rate: float | None = None
     l2_coeff: float | None = None
     fitness_shaping: str | None = None
-    noise: str = "table"
-    noise_rank: int = 1
+    noise: str | None = None
+    noise_rank: int | None = None
     generations: int | None = None
     seed: int = 0
     policy: str | None = None
     hidden_sizes: tuple[int, ...] | None = None
     episodes_per_member: int = 1
     action_repeat: int = 1
-    vbn_reference_size: int = 128
+    vbn_reference_size: int | None = None
     subspace_dim: int | None = None
     subspace_projection: str = "dense"
     eval_every: int | None = None
@@ -285,7 +286,7 @@ class TrainConfig:
         if missing:
             raise ConfigError(f"{source}: missing settings {missing}")
         try:
-            return cls(**data)
+            return cls(**{**{n: v for n, v in ADDED_LATER.items() if n not in data}, **data})
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
 
