@@ -1,8 +1,9 @@
 """The MinAtar sweep's wiring (benchmarks/minatar_sweep.py over benchmarks/minatar.py): a
 setting's flags reach `jaxes train`, bad `--set` values are refused, the scripts' examples
-hold. Nothing is trained here."""
+hold, the table reads its checkpoints and sittings merge. Nothing is trained here."""
 
 import doctest
+import json
 import sys
 from pathlib import Path
 
@@ -45,3 +46,55 @@ def test_an_unknown_sweep_setting_is_refused(capsys):
 def test_the_scripts_examples_hold(module):
     results = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert results.attempted > 0 and results.failed == 0
+
+
+def _seed(seed: int, curve: list[list]) -> dict:
+    """A seed summary as `minatar.seed_summary` writes it, from a curve of [simulated steps,
+    alive steps, wall seconds, eval return] points."""
+    last = curve[-1]
+    return {
+        "seed": seed,
+        "generations": len(curve),
+        "env_steps": last[0],
+        "alive_steps": last[1],
+        "final_eval_return": last[3],
+        "best_eval_return": max(p[3] for p in curve),
+        "ppo_return_env_steps": None,
+        "ppo_return_alive_steps": minatar.first_at(curve, 28.0, 1),
+        "ppo_return_wall_s": None,
+        "curve_columns": ["total_env_steps", "total_alive_steps", "wall_time_s", "eval_return"],
+        "curve": curve,
+    }
+
+
+def _sitting(game: str, seeds: list[dict]) -> dict:
+    summary = minatar.game_summary(game, seeds, 2700.0, 100_000_000)
+    return summary | {"sitting": {"wall_s": 2700.0, "returncode": 130}}
+
+
+def test_the_table_reads_each_checkpoint_and_the_previous_tables_wall_clock(tmp_path):
+    # Breakout's previous table: 3.25 at 25 minutes. A seed that stops short of 10M alive
+    # steps (`short`) leaves the median at 10M unreported.
+    curve = [[5e6, 4e6, 600.0, 2.0], [15e6, 11e6, 1400.0, 4.0], [30e6, 20e6, 2000.0, 30.0]]
+    short = [[5e6, 4e6, 600.0, 1.0], [9e6, 8e6, 1600.0, 3.0]]
+    game = _sitting("Breakout", [_seed(0, curve), _seed(1, curve), _seed(2, curve)])
+    assert game["eval_at_alive_steps"] == {"10000000": 2.0, "100000000": None}
+    assert game["eval_at_previous_minutes"] == 4.0  # the last eval by 1500 s
+    assert game["above_previous_at_equal_wall"] is True
+    assert game["median_alive_steps_to_ppo"] == 20e6
+    shorter = _sitting("Asterix", [_seed(0, short), _seed(1, curve), _seed(2, curve)])
+    assert shorter["eval_at_alive_steps"]["10000000"] is None
+    assert minatar.eval_at(short, 1500.0, 2) == 1.0
+    assert minatar.eval_at(short, 10e6, 1) is None
+
+    # Two sittings' files become one table, in the games' order, with both verdicts.
+    files = []
+    for name, g in (("b.json", game), ("a.json", shorter)):
+        path = tmp_path / name
+        path.write_text(json.dumps({"machine": {"git": "x"}, "settings": {}, "games": [g]}))
+        files.append(str(path))
+    out = tmp_path / "merged.json"
+    minatar.run_merge(minatar.parse_args(["--merge", *files, "--out", str(out)]), [])
+    merged = json.loads(out.read_text())
+    assert [g["game"] for g in merged["games"]] == ["Asterix", "Breakout"]
+    assert merged["machine"]["merged_from"] == files
