@@ -261,6 +261,24 @@ def test_members_rebuilt_from_keys(name):
     testing.assert_members_rebuilt(STRATEGIES[name](), PARAMS, jax.random.key(3))
 
 
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_best_params_rebuild_the_best_member_told(name):
+    # Bit for bit where members are elementwise (θ + σ ⊙ ε); CMA-ES and xNES build σ(A z_i),
+    # whose matrix product rounds as its batch does (ask: all P rows), so only to rounding.
+    es = STRATEGIES[name]()
+    state = es.init(jax.random.key(0), PARAMS)
+    for g in range(4):  # later generations score higher: the best is the last told
+        population, state = es.ask(jax.random.key(g), state)
+        fitness = jax.vmap(fitness_fn)(population) + 100.0 * g
+        state, _ = es.tell(state, fitness)
+    i = int(jnp.argmax(fitness))
+    tol = 1e-6 if name in ("cma_es", "xnes") else 0.0
+    for got, told in zip(
+        jax.tree.leaves(es.best_params(state)), jax.tree.leaves(population), strict=True
+    ):
+        np.testing.assert_allclose(got, told[i], rtol=tol, atol=tol)
+
+
 # (strategy, function) -> (factory, start, target): the centre or the best member must reach
 # `target` within GENERATIONS generations, for both seeds. f(start) is 270 for sphere and
 # Rastrigin (x = 3) and 29 for Rosenbrock (x = 0).

@@ -2,6 +2,28 @@
 
 ``STRATEGIES`` names every factory (the CLI's ``--strategy`` and ``TrainConfig.strategy``
 read it); ``base`` holds the types every strategy shares.
+
+Keywords the strategies share (each factory lists which it takes):
+
+- ``fitness_shaping``: ``"centered_rank"`` (the default), ``"z_score"``, ``"raw"``,
+  ``"log_rank"`` or a callable ``(P,) -> (P,)`` (``jaxes.shaping``).
+- ``noise``: where the members' noise comes from: a ``jaxes.noise`` source
+  (``jaxes.noise.lowrank(rank=4)``: rank-4 products ``A Bᵀ/√r`` for every leaf with two or
+  more axes, clamped per leaf to ``min(m, n)``; ``jaxes.noise.noise_table(size)``: a table of
+  ``size`` floats; ``jaxes.noise.gaussian()``) or its name: ``"auto"`` (the default:
+  ``"gaussian"`` for a population of fewer than ``2**14`` noise values, ``"table"``
+  otherwise; ``jaxes.noise.auto``), ``"table"`` (windows of a noise table sized to the
+  problem, ``jaxes.noise.table_size``: about ``3d``, at least ``2**16``, at most ``2**24``),
+  ``"gaussian"`` (fresh draws from keys) or ``"lowrank"`` (rank 1).
+- ``sigma_floor``: σ never goes below it (> 0), whatever a schedule or an update returns;
+  ``None`` is ``1e-8`` for a float32 state, finer for float64 (``default_sigma_floor``).
+- ``memory_budget``: bytes of members (evaluation) or rebuilt noise (``tell``) in flight at
+  once; ``None`` is 64 MiB and at least one member.
+- ``track_best``: keep what rebuilds the best member seen (``strategy.best_params``): a
+  float32 copy of θ and the scale of its population, taken when a better member appears.
+  False keeps only its fitness.
+- Numeric settings may be JAX scalars, so a run can be ``vmap``-ed over a grid of them;
+  they are checked when concrete.
 """
 
 from collections.abc import Callable

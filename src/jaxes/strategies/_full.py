@@ -1,21 +1,24 @@
-"""The builder of full-covariance strategies (internal): CMA-ES and xNES.
+"""The full-covariance family (internal): CMA-ES and xNES.
 
 Their members are ``x_i = m + σ A z_i`` with a ``d × d`` matrix ``A`` (``B D`` for CMA-ES, the
 normalised factor for xNES) acting on the *flattened* params, so they cannot share the
-per-coordinate noise of ``_spec``. What they do share is written once here: ``z_i`` drawn from
-the ``ask`` key and the member index (threefry, so a member built alone is bit-identical to its
-row of the population and ``tell`` rebuilds every ``z_i`` instead of storing the population),
-the state's shared fields, the checks, the best-member recipe and the end of ``tell``.
+per-coordinate noise of ``_spec.Diagonal``. Their sampler, ``FullSampler``, draws ``z_i`` from
+the ``ask`` key and the member index (threefry: ``z_i`` drawn alone is bit-identical to its row,
+and ``tell`` rebuilds every ``z_i`` instead of storing the population); the product ``A z_i``
+rounds as its batch does, so a member built alone (``member``, ``best_params``) can differ from
+its row of ``ask``'s population in the last bit. Everything else is ``_spec.build``'s, as for
+every strategy.
 
-A spec gives ``factor(state) -> (σ, A)``, ``estimate(state, fitness, sample)`` with the rebuilt
-``Sample`` (``z`` and ``y = A z``, ``(P, d)``), ``update(state, estimate) -> (step, changes)``
-with a flat step, and ``geometry(state)`` for pycma's termination criteria; ``build`` does the
-rest, the fitness history and the criteria included (every full-covariance state has
-``sigma`` and ``history`` fields).
+A ``FullSpec`` gives ``factor(state) -> (σ, A)``, ``estimate(state, fitness, sample)`` with the
+rebuilt ``Sample`` (``z`` and ``y = A z``, ``(P, d)``), ``update(state, estimate) -> (step,
+changes)`` with a flat step, and ``geometry(state)`` for pycma's termination criteria; ``build``
+adds the fitness history and the criteria (every full-covariance state has ``sigma`` and
+``history`` fields).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,10 +28,10 @@ from jax.flatten_util import ravel_pytree
 
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
-from jaxes.strategies import _state, _tell, termination
-from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import BestMember, EstimateStats
-from jaxes.types import Strategy, StrategyTraits
+from jaxes.strategies import _spec, _state, termination
+from jaxes.strategies._spec import Estimate, StrategySpec
+from jaxes.strategies.base import EstimateStats
+from jaxes.types import Strategy
 
 # The d × d matrices at the peak of a donated ``tell`` (XLA's memory_analysis at d = 1000:
 # the state's C, B and the best member's scale, 3.01 d², and the update's temporaries, 3.05 d²
@@ -107,126 +110,32 @@ def standard_normal(key: jax.Array, i, d: int, dtype) -> jax.Array:
 
 
 def build(spec: FullSpec, track_best: bool) -> Strategy:
-    """The ``Strategy`` of ``spec``: ``init``, ``ask``, ``member(s)``, ``perturbation``,
-    ``estimate``, ``tell`` and ``best_params``, all on the flattened params."""
+    """The ``Strategy`` of ``spec``: ``_spec.build`` with the ``FullSampler``, the flat step
+    shaped as the params, and pycma's termination criteria reported by every ``tell``."""
     p = spec.population_size
 
-    def init(key: jax.Array, params):
-        params = trees.check_params(params)
-        master = _state.master_params(params)
+    def init(master):
         theta = flat(master)
         d = theta.shape[0]
         check_dimension(d, theta.dtype, spec.name, spec.covariance_budget)
-        dtype = trees.state_dtype(master)
-        ask_key = noise_lib.noise_key(key)
         own = spec.init(d, theta.dtype)
         own["history"] = termination.empty_history(termination.windows(d, p)[1], theta.dtype)
-        return spec.state_type(
-            params=master,
-            dtypes=jax.tree.map(lambda x: jnp.zeros((), x.dtype), params),
-            **own,
-            key=ask_key,
-            generation=jnp.zeros((), jnp.int32),
-            noise_state=None,
-            pending=jnp.zeros((), bool),
-            fitness=jnp.full((p,), jnp.nan, dtype),
-            best_fitness=jnp.full((), -jnp.inf, dtype),
-            best=BestMember(
-                key=jax.random.key_data(ask_key),
-                index=jnp.zeros((), jnp.int32),
-                centre=jax.tree.map(jnp.zeros_like, master) if track_best else None,
-                scale=jnp.zeros((d, d), theta.dtype) if track_best else None,
-            ),
-        )
+        return own, (own["sigma"], jnp.eye(d, dtype=theta.dtype))
 
-    def check(state) -> None:
-        _state.check_state(state, spec.state_type, spec.name, p)
+    def update(state, est: Estimate):
+        step, changes = spec.update(state, est)
+        return unflat(step, state.params), changes
 
-    def displacement(state, i) -> jax.Array:
-        """``σ A z_i`` (flat, master dtype)."""
-        sigma, a = spec.factor(state)
-        theta = flat(state.params)
-        z = standard_normal(state.key, i, theta.shape[0], theta.dtype)
-        return sigma * (a @ z)
-
-    def build_member(state, i):
-        x = flat(state.params) + displacement(state, i)
-        return _state_dtypes(unflat(x, state.params), state.dtypes)
-
-    def ask(key, state):
-        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
-        return jax.vmap(lambda i: build_member(state, i))(jnp.arange(p)), state
-
-    def member(state, i):
-        check(state)
-        i = _state.check_member_index(i, p)
-        x = build_member(state, jnp.clip(i, 0, p - 1))
-        if isinstance(i, jax.core.Tracer):
-            offset = jnp.where((i >= 0) & (i < p), 0.0, jnp.nan)
-            x = jax.tree.map(lambda v: v + offset.astype(v.dtype), x)
-        return x
-
-    def members(state, first, count: int):
-        return jax.vmap(lambda i: build_member(state, i))(first + jnp.arange(count))
-
-    def perturbation(state, i):
-        check(state)
-        if _state.is_rounded_state(state):
-            raise ValueError(
-                "perturbation: members of params narrower than float32 are rounded, so their "
-                "displacement is not σAz; build them with member() instead"
-            )
-        i = _state.check_member_index(i, p)
-        delta = displacement(state, jnp.clip(i, 0, p - 1))
-        valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(delta.dtype)
-        return unflat(delta * valid, state.params)
-
-    def sample(state) -> Sample:
-        """Every ``z_i`` and ``y_i`` of the last ``ask``, from its key. Members rounded to a
-        narrower dtype are read back (``y_i = (x_i - m)/σ``, ``z_i = A⁻¹ y_i``), so the update
-        sees the members that were evaluated."""
-        sigma, a = spec.factor(state)
-        theta = flat(state.params)
-        if _state.is_rounded_state(state):
-            rounded = jax.vmap(lambda i: flat(_master_dtypes(build_member(state, i), state)))
-            y = (rounded(jnp.arange(p)) - theta) / sigma
-            return Sample(jnp.linalg.solve(a, y.T).T, y)
-        z = jax.vmap(lambda i: standard_normal(state.key, i, theta.shape[0], theta.dtype))(
-            jnp.arange(p)
-        )
-        return Sample(z, z @ a.T)
-
-    def estimate_all(state, fitness) -> Estimate:
-        check(state)
-        fitness = _state.check_fitness(fitness, p)
-        return spec.estimate(state, fitness, sample(state))
-
-    def estimate(state, fitness):
-        direction, stats, _ = estimate_all(state, fitness)
-        return direction, stats
-
-    def tell(state, fitness):
-        est = estimate_all(state, fitness)
-        sigma, a = spec.factor(state)
-
-        def update():
-            step, changes = spec.update(state, est)
-            return unflat(step, state.params), changes
-
-        new_state, info = _tell.finish_tell(
-            state, fitness, est.stats.moments, sigma, sigma * a, update
-        )
-        history = termination.record(new_state.history, new_state.fitness, info.applied)
-        new_state = new_state._replace(history=history)
-        return new_state, termination_info(new_state, info, state.pending)
-
-    def termination_info(state, base, told) -> termination.TerminationInfo:
-        """``base`` and pycma's criteria (``told``: whether this ``tell`` had an ``ask``)."""
+    def finish(told, state, info):
+        """The fitness history and pycma's criteria (``told.pending``: this ``tell`` had an
+        ``ask``)."""
+        history = termination.record(state.history, state.fitness, info.applied)
+        state = state._replace(history=history)
         mean = flat(state.params)
         criteria, condition = termination.check(
             history=state.history,
             fitness=state.fitness,
-            informative=base.applied | ~told,
+            informative=info.applied | ~told.pending,
             mean=mean,
             sigma=state.sigma,
             sigma0=spec.sigma0,
@@ -234,40 +143,78 @@ def build(spec: FullSpec, track_best: bool) -> Strategy:
             generation=state.generation,
             tolfun_window=termination.windows(mean.shape[0], p)[0],
         )
-        return termination.report(base, criteria, condition, told)
+        return state, termination.report(info, criteria, condition, told.pending)
 
-    def best_params(state):
-        best = state.best
-        if best.centre is None:
-            raise ValueError(
-                "best_params: this strategy was built with track_best=False, so it keeps only "
-                "the best fitness; build it with track_best=True to rebuild the best member"
-            )
-        key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
-        theta = flat(best.centre)
-        x = theta + best.scale @ standard_normal(key, best.index, theta.shape[0], theta.dtype)
-        return _state_dtypes(unflat(x, best.centre), state.dtypes)
-
-    return Strategy(
-        init=init,
-        ask=ask,
-        tell=tell,
-        member=member,
-        estimate=estimate,
+    strategy_spec = StrategySpec(
+        name=spec.name,
+        state_type=spec.state_type,
         population_size=p,
-        best_params=best_params,
-        members=members,
-        perturbation=perturbation,
-        traits=StrategyTraits(spec.name, False, spec.rank_based),
+        antithetic=False,
+        rank_based=spec.rank_based,
+        scale=spec.factor,
+        init=init,
+        estimate=spec.estimate,
+        update=update,
+        finish=finish,
     )
+    return _spec.build(strategy_spec, FullSampler(p), track_best)
 
 
-def _state_dtypes(params, dtypes):
-    return jax.tree.map(lambda x, t: x.astype(t.dtype), params, dtypes)
+@dataclasses.dataclass(frozen=True)
+class FullSampler:
+    """Members ``m + σ A z_i`` on the flattened params, for ``scale = (σ, A)``: ``z_i`` from the
+    ``ask`` key and the index alone, so ``tell`` rebuilds every ``z_i`` (``told``)."""
 
+    population_size: int
+    antithetic: bool = False
 
-def _master_dtypes(params, state):
-    return jax.tree.map(lambda x, t: x.astype(t.dtype), params, state.params)
+    def start(self, key, master):
+        return None, noise_lib.noise_key(key)
+
+    def displacement(self, state, i, scale) -> jax.Array:
+        """``σ A z_i`` shaped as the params (master dtype). Refused for members rounded to a
+        narrower dtype: their displacement is not ``σ A z_i``."""
+        if _state.is_rounded_state(state):
+            raise ValueError(
+                "perturbation: members of params narrower than float32 are rounded, so their "
+                "displacement is not σAz; build them with member() instead"
+            )
+        return unflat(self._flat_displacement(state, i, scale), state.params)
+
+    def _flat_displacement(self, state, i, scale) -> jax.Array:
+        sigma, a = scale
+        theta = flat(state.params)
+        return sigma * (a @ standard_normal(state.key, i, theta.shape[0], theta.dtype))
+
+    def member(self, state, i, scale):
+        x = flat(state.params) + self._flat_displacement(state, i, scale)
+        return trees.cast_like(unflat(x, state.params), state.dtypes)
+
+    def members(self, state, first, count: int, scale):
+        return jax.vmap(lambda i: self.member(state, i, scale))(first + jnp.arange(count))
+
+    def population(self, state, scale):
+        return self.members(state, 0, self.population_size, scale)
+
+    def eval_chunk(self, state, members: int, factored: bool) -> int:
+        return members or self.population_size  # no memory budget: all at once
+
+    def told(self, state, scale) -> Sample:
+        """Every ``z_i`` and ``y_i`` of the last ``ask``, from its key. Members rounded to a
+        narrower dtype are read back (``y_i = (x_i - m)/σ``, ``z_i = A⁻¹ y_i``), so the update
+        sees the members that were evaluated."""
+        sigma, a = scale
+        theta = flat(state.params)
+        index = jnp.arange(self.population_size)
+        if _state.is_rounded_state(state):
+
+            def evaluated(i):
+                return flat(trees.cast_like(self.member(state, i, scale), state.params))
+
+            y = (jax.vmap(evaluated)(index) - theta) / sigma
+            return Sample(jnp.linalg.solve(a, y.T).T, y)
+        z = jax.vmap(lambda i: standard_normal(state.key, i, theta.shape[0], theta.dtype))(index)
+        return Sample(z, z @ a.T)
 
 
 def population_stats(state, sample: Sample, weights, masses, sigma) -> EstimateStats:

@@ -20,6 +20,7 @@ from jaxes import shaping as shaping_lib
 from jaxes import trees
 from jaxes.checks import check_int, check_positive, is_traced
 from jaxes.noise import NOISE_SOURCES, NoiseSource, factors
+from jaxes.strategies._state import scalar_dtype
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -67,6 +68,20 @@ def check_population_size(population_size, antithetic: bool) -> int:
             f"use {p - 1} or {p + 1}, or antithetic=False"
         )
     return p
+
+
+def scheduled_sigma(sigma, sigma_floor=None) -> tuple[Callable, Callable]:
+    """``(scale(state), initial(master))`` of a σ that follows ``sigma_schedule``: σ at the
+    state's generation in its scalar dtype, and the first population's σ for master params."""
+    at = sigma_schedule(sigma, sigma_floor)
+
+    def scale(state) -> jax.Array:
+        return at(state.generation, scalar_dtype(state))
+
+    def initial(master) -> jax.Array:
+        return at(0, trees.state_dtype(master))
+
+    return scale, initial
 
 
 def sigma_schedule(sigma, sigma_floor=None) -> Schedule:
@@ -186,7 +201,7 @@ def is_rank_shaping(fitness_shaping) -> bool | None:
 
 class NoiseSettings(NamedTuple):
     """The two noise settings every factory of a per-coordinate strategy takes (their meaning:
-    ``jaxes.open_es``'s docstring).
+    ``jaxes.strategies``' docstring).
 
     Attributes:
       noise: a ``NoiseSource`` (``jaxes.noise.lowrank(rank=4)``, ``jaxes.noise.noise_table(size)``,

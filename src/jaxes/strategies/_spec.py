@@ -1,17 +1,21 @@
-"""One strategy spec and the builder that makes a ``Strategy`` of it (internal).
+"""One strategy spec and the one builder that makes a ``Strategy`` of it (internal).
 
-A strategy is its checked settings plus its update rule (``StrategySpec``); ``build`` writes
-the rest the same way for every strategy: ``init``, ``ask``, ``member``, ``members``,
-``perturbation``, the best-member rebuild, the evaluation chunk, and the ``tell`` wrapper
-(checks, the strategy's ``estimate``, the applied update, best member and info). Adding a
-strategy is one file: its state NamedTuple, its maths, and a factory that checks its
-settings and returns ``build(StrategySpec(...), noise, track_best)``.
+A strategy is its checked settings plus its update rule (``StrategySpec``) and a sampler: how
+its members are drawn from the state's key. ``build`` writes the rest the same way for every
+strategy: ``init``, ``ask``, ``member``, ``members``, ``perturbation``, the best-member
+rebuild, the evaluation chunk, and the ``tell`` wrapper (checks, the strategy's ``estimate``,
+the applied update, best member and info). Two samplers exist: ``Diagonal`` here (members
+``θ + scale ⊙ s_i ε_{j(i)}`` from a ``jaxes.noise`` recipe: OpenAI-ES, PGPE, SNES, ARS,
+sep-CMA-ES) and ``_full.FullSampler`` (``m + σ A z_i`` on the flattened params: CMA-ES, xNES).
+Adding a strategy is one file: its state NamedTuple, its maths, and a factory that checks its
+settings and returns ``build(StrategySpec(...), NoiseSettings(...), track_best)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -51,13 +55,17 @@ class StrategySpec(NamedTuple):
       init: ``init(master) -> (own_fields, scale)``: the strategy's own state fields for the
         master params, and the scale of the first population (its shape and dtype are those
         of the best-member recipe's scale).
-      estimate: ``estimate(state, fitness, moments_of) -> Estimate`` for checked ``fitness``;
-        ``moments_of(masses, squares=False)`` gives the population's moments, rebuilt from
-        the noise.
+      estimate: ``estimate(state, fitness, told) -> Estimate`` for checked ``fitness``;
+        ``told`` is the sampler's view of the population the last ``ask`` drew: for
+        ``Diagonal``, ``moments_of(masses, squares=False)``, the population's moments rebuilt
+        from the noise; for ``_full.FullSampler``, the rebuilt ``Sample``.
       update: ``update(state, estimate) -> (step, changes)``: the change of θ and the new
         values of the strategy's own fields by name; it runs only when the update applies.
       gaussian_term: the switched-on term derived for Gaussian ``ε`` only (non-Gaussian noise
         is then refused), or ``None``.
+      finish: ``finish(told, state, info) -> (state, info)``, run at the end of every ``tell``
+        with the state it was given (``told``) and the new one (CMA-ES and xNES: the fitness
+        history and the termination criteria), or ``None``.
     """
 
     name: str
@@ -67,22 +75,54 @@ class StrategySpec(NamedTuple):
     rank_based: bool | None
     scale: Callable[[Any], Any]
     init: Callable[[Any], tuple[dict, Any]]
-    estimate: Callable[[Any, jax.Array, MomentsOf], Estimate]
+    estimate: Callable[[Any, jax.Array, Any], Estimate]
     update: Callable[[Any, Estimate], tuple[Any, dict]]
     gaussian_term: str | None = None
+    finish: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
 
 
-def build(spec: StrategySpec, noise: NoiseSettings, track_best: bool) -> Strategy:
-    """The ``Strategy`` of ``spec``, with members drawn as ``noise`` says; ``track_best`` keeps
-    what is needed to rebuild the best member seen."""
+class Sampler(Protocol):
+    """How a family of strategies draws members from a state: ``scale`` is what the spec's
+    ``scale(state)`` returns, and every member is a pure function of the state, the key and
+    its index (``Diagonal``: bit-identical to its row of the population)."""
+
+    population_size: int
+    antithetic: bool
+
+    def start(self, key: jax.Array, master) -> tuple[Any, jax.Array]:
+        """``(noise_state, key of the first ask)`` from ``init``'s key."""
+
+    def population(self, state, scale): ...
+
+    def member(self, state, i, scale):
+        """Member ``i`` (a valid index) in the params' dtypes."""
+
+    def members(self, state, first, count: int, scale): ...
+
+    def displacement(self, state, i, scale):
+        """Member ``i``'s displacement from ``jaxes.centre(state)``."""
+
+    def eval_chunk(self, state, members: int, factored: bool) -> int: ...
+
+    def told(self, state, scale):
+        """What ``estimate`` reads of the population the last ``ask`` drew."""
+
+
+def build(spec: StrategySpec, sampler: Sampler | NoiseSettings, track_best: bool) -> Strategy:
+    """The ``Strategy`` of ``spec`` with members drawn by ``sampler``, or by ``Diagonal`` with
+    a per-coordinate strategy's ``NoiseSettings``; ``track_best`` keeps what is needed to
+    rebuild the best member seen."""
     p = spec.population_size
-    perturbations = make_perturbations(noise, p, spec.antithetic, spec.gaussian_term)
+    if isinstance(sampler, NoiseSettings):
+        sampler = Diagonal(make_perturbations(sampler, p, spec.antithetic, spec.gaussian_term))
+    scale_of = spec.scale
 
     def init(key: jax.Array, params):
         params = trees.check_params(params)
         master = _state.master_params(params)
         own, scale = spec.init(master)
-        fields = _state.initial_fields(perturbations, key, params, master, scale, track_best)
+        noise_state, ask_key = sampler.start(key, master)
+        fields = _state.initial_fields(p, noise_state, ask_key, params, master, scale, track_best)
         return spec.state_type(**own, **fields)
 
     def check(state) -> None:
@@ -91,13 +131,7 @@ def build(spec: StrategySpec, noise: NoiseSettings, track_best: bool) -> Strateg
     def estimate_all(state, fitness) -> Estimate:
         check(state)
         fitness = _state.check_fitness(fitness, p)
-
-        def moments_of(masses, squares: bool = False):
-            return _tell.population_moments(
-                perturbations, state, masses, spec.scale(state), squares
-            )
-
-        return spec.estimate(state, fitness, moments_of)
+        return spec.estimate(state, fitness, sampler.told(state, scale_of(state)))
 
     def estimate(state, fitness):
         direction, stats, _ = estimate_all(state, fitness)
@@ -105,88 +139,135 @@ def build(spec: StrategySpec, noise: NoiseSettings, track_best: bool) -> Strateg
 
     def tell(state, fitness):
         est = estimate_all(state, fitness)
-        sigma = est.stats.sigma  # the scale the told population was built with
-        return _tell.finish_tell(
-            state, fitness, est.stats.moments, sigma, sigma, lambda: spec.update(state, est)
+        new_state, info = _tell.finish_tell(
+            state,
+            fitness,
+            est.stats.moments,
+            est.stats.sigma,
+            scale_of(state),  # the scale the told population was built with
+            lambda: spec.update(state, est),
         )
+        if spec.finish is None:
+            return new_state, info
+        return spec.finish(state, new_state, info)
 
-    members = _members(perturbations, spec, check)
     return Strategy(
         init=init,
         tell=tell,
         estimate=estimate,
         population_size=p,
-        best_params=lambda state: _state.best_params(perturbations, state),
-        traits=StrategyTraits(spec.name, perturbations.antithetic, spec.rank_based),
-        **members,
+        traits=StrategyTraits(spec.name, sampler.antithetic, spec.rank_based),
+        **_members(sampler, scale_of, check),
     )
 
 
-def _members(perturbations: noise_lib.Perturbations, spec: StrategySpec, check) -> dict:
-    """``ask``, ``member``, ``members``, ``perturbation`` and ``eval_chunk``: the population
-    the state's key and ``spec.scale`` describe, whole or in parts."""
-    scale_of = spec.scale
+def _members(sampler: Sampler, scale_of: Callable, check: Callable) -> dict:
+    """``ask``, ``member``, ``members``, ``perturbation``, ``best_params`` and ``eval_chunk``:
+    the population the state's key and ``scale_of(state)`` describe, whole or in parts, and
+    the best member's, from its recipe."""
+    p = sampler.population_size
 
     def ask(key, state):
         state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
-        population = perturbations.population(
-            state.noise_state, state.key, state.params, scale_of(state), state.dtypes
-        )
-        return population, state
+        return sampler.population(state, scale_of(state)), state
 
     def member(state, i):
         check(state)
-        return _member(perturbations, state, i, scale_of(state))
-
-    def members(state, first, count: int):
-        return perturbations.members(
-            state.noise_state, state.key, first, count, state.params, scale_of(state), state.dtypes
-        )
+        i = _state.check_member_index(i, p)
+        x = sampler.member(state, jnp.clip(i, 0, p - 1), scale_of(state))
+        if isinstance(i, jax.core.Tracer):
+            # A scalar 0 or NaN added to every entry: fused into whatever reads the member.
+            x = jax.tree.map(lambda v: v + _valid(i, p, 0.0).astype(v.dtype), x)
+        return x
 
     def perturbation(state, i):
         check(state)
-        return _perturbation(perturbations, state, i, scale_of)
+        i = _state.check_member_index(i, p)
+        delta = sampler.displacement(state, jnp.clip(i, 0, p - 1), scale_of(state))
+        return jax.tree.map(lambda x: x * _valid(i, p, 1.0).astype(jnp.float32), delta)
+
+    def best_params(state):
+        """The best member seen so far, rebuilt from its recipe, in the params' dtypes (a
+        narrow leaf whose member was ``round(θ) + δ`` comes back rounded once more)."""
+        best = state.best
+        if best.centre is None:
+            raise ValueError(
+                "best_params: this strategy was built with track_best=False, so it keeps only "
+                "the best fitness; build it with track_best=True to rebuild the best member"
+            )
+        key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
+        recipe = state._replace(key=key, params=best.centre)
+        return trees.cast_like(sampler.member(recipe, best.index, best.scale), state.dtypes)
+
+    def members(state, first, count: int):
+        return sampler.members(state, first, count, scale_of(state))
 
     def eval_chunk(state, members: int = 0, factored: bool = False) -> int:
-        return perturbations.eval_chunk(state.params, state.dtypes, members, factored)
+        return sampler.eval_chunk(state, members, factored)
 
     return {
         "ask": ask,
         "member": member,
         "members": members,
         "perturbation": perturbation,
+        "best_params": best_params,
         "eval_chunk": eval_chunk,
     }
 
 
-def _member(perturbations: noise_lib.Perturbations, state, i, scale):
-    """Member ``i``; an index outside ``[0, P)`` (traced) gives a NaN member, which every
-    fitness shaping ranks worst, instead of a member no ``tell`` would rebuild."""
-    p = perturbations.population_size
-    i = _state.check_member_index(i, p)
-    x = perturbations.member(
-        state.noise_state, state.key, jnp.clip(i, 0, p - 1), state.params, scale, state.dtypes
-    )
-    if isinstance(i, jax.core.Tracer):
-        # A scalar 0 or NaN added to every entry: fused into whatever reads the member.
-        offset = jnp.where((i >= 0) & (i < p), 0.0, jnp.nan)
-        x = jax.tree.map(lambda v: v + offset.astype(v.dtype), x)
-    return x
+def _valid(i, p: int, value: float):
+    """``value`` for an index in ``[0, P)``, NaN outside: a traced index out of range gives a
+    NaN member, which every fitness shaping ranks worst, instead of a member no ``tell``
+    would rebuild."""
+    return jnp.where((i >= 0) & (i < p), value, jnp.nan)
 
 
-def _perturbation(perturbations: noise_lib.Perturbations, state, i, scale_of):
-    """Member ``i``'s displacement from ``jaxes.centre(state)`` (NaN for a traced index outside
-    ``[0, P)``, as ``member``): factored where the noise is, and for a rounded member the
-    displacement it really had from the rounded centre."""
-    p = perturbations.population_size
-    i = _state.check_member_index(i, p)
-    valid = jnp.where((i >= 0) & (i < p), 1.0, jnp.nan).astype(jnp.float32)
-    delta = perturbations.displacement(
-        state.noise_state,
-        state.key,
-        jnp.clip(i, 0, p - 1),
-        state.params,
-        scale_of(state),
-        state.dtypes,
-    )
-    return jax.tree.map(lambda x: x * valid, delta)
+@dataclasses.dataclass(frozen=True)
+class Diagonal:
+    """The per-coordinate family: member ``i`` is ``θ + scale ⊙ s_i ε_{j(i)}`` with ``ε`` from a
+    ``jaxes.noise`` recipe (``Perturbations``); ``scale`` is σ, or a σ per coordinate."""
+
+    perturbations: noise_lib.Perturbations
+
+    @property
+    def population_size(self) -> int:
+        return self.perturbations.population_size
+
+    @property
+    def antithetic(self) -> bool:
+        return self.perturbations.antithetic
+
+    def start(self, key, master):
+        table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
+        return self.perturbations.source.init(table_key, master), ask_key
+
+    def population(self, state, scale):
+        return self.perturbations.population(
+            state.noise_state, state.key, state.params, scale, state.dtypes
+        )
+
+    def member(self, state, i, scale):
+        return self.perturbations.member(
+            state.noise_state, state.key, i, state.params, scale, state.dtypes
+        )
+
+    def members(self, state, first, count: int, scale):
+        return self.perturbations.members(
+            state.noise_state, state.key, first, count, state.params, scale, state.dtypes
+        )
+
+    def displacement(self, state, i, scale):
+        """Factored where the noise is; for a rounded member, the displacement it really had
+        from the rounded centre."""
+        return self.perturbations.displacement(
+            state.noise_state, state.key, i, state.params, scale, state.dtypes
+        )
+
+    def eval_chunk(self, state, members: int, factored: bool) -> int:
+        return self.perturbations.eval_chunk(state.params, state.dtypes, members, factored)
+
+    def told(self, state, scale) -> MomentsOf:
+        def moments_of(masses, squares: bool = False):
+            return _tell.population_moments(self.perturbations, state, masses, scale, squares)
+
+        return moments_of

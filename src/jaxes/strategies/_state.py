@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes import noise as noise_lib
 from jaxes import trees
 from jaxes.strategies.base import BestMember
 
@@ -32,34 +31,26 @@ def master_params(params):
 
 
 def initial_fields(
-    perturbations: noise_lib.Perturbations,
-    key: jax.Array,
-    params,
-    master,
-    scale,
-    track_best: bool,
+    population_size: int, noise_state, ask_key: jax.Array, params, master, scale, track_best: bool
 ) -> dict:
     """The state fields every strategy starts with.
 
     ``params`` are the checked params and ``master`` their master copy (``master_params``);
-    ``dtypes`` keeps one scalar per leaf in the dtype its members are built in; ``key`` is a
-    threefry key (``noise.noise_key``) for the first ``ask``; ``pending`` says whether an
+    ``dtypes`` keeps one scalar per leaf in the dtype its members are built in; ``ask_key`` is
+    the threefry key (``noise.noise_key``) of the first ``ask``; ``pending`` says whether an
     ``ask`` awaits its ``tell``; ``fitness`` is the last fitness told (NaN before any); the
     best-so-far is a recipe (``BestMember``) whose θ and scale (like ``scale``) are zeros until
     the first ``tell``.
     """
-    dtypes = jax.tree.map(lambda x: jnp.zeros((), x.dtype), params)
     dtype = trees.state_dtype(master)
-    table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
-    p = perturbations.population_size
     return {
         "params": master,
-        "dtypes": dtypes,
+        "dtypes": jax.tree.map(lambda x: jnp.zeros((), x.dtype), params),
         "key": ask_key,
         "generation": jnp.zeros((), jnp.int32),
-        "noise_state": perturbations.source.init(table_key, master),
+        "noise_state": noise_state,
         "pending": jnp.zeros((), bool),
-        "fitness": jnp.full((p,), jnp.nan, dtype),
+        "fitness": jnp.full((population_size,), jnp.nan, dtype),
         "best_fitness": jnp.full((), -jnp.inf, dtype),
         "best": BestMember(
             key=jax.random.key_data(ask_key),
@@ -130,20 +121,3 @@ def check_member_index(i, population_size: int):
 def is_rounded_state(state) -> bool:
     """Whether some leaf's members are narrower than its float32 master copy."""
     return any(trees.is_rounded(t.dtype) for t in jax.tree.leaves(state.dtypes))
-
-
-def best_params(perturbations, state):
-    """The best member seen so far, rebuilt from its recipe, in the params' dtypes (a narrow
-    leaf whose member was ``round(θ) + δ`` comes back rounded once more)."""
-    best = state.best
-    if best.centre is None:
-        raise ValueError(
-            "best_params: this strategy was built with track_best=False, so it keeps only the "
-            "best fitness; build it with track_best=True to rebuild the best member"
-        )
-    key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
-    member = perturbations.member(
-        state.noise_state, key, best.index, best.centre, best.scale, state.dtypes
-    )
-    # A narrow leaf with factored noise is built exactly, in float32: rounded back here.
-    return trees.cast_like(member, state.dtypes)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid, trees
+from jaxes import centroid
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.noise import NoiseSource
@@ -29,10 +29,9 @@ from jaxes.strategies._settings import (
     NoiseSettings,
     check_optimizer,
     check_population_size,
-    sigma_schedule,
+    scheduled_sigma,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies._tell import optimizer_step
 from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
@@ -112,7 +111,7 @@ def ars(
       top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
         (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
       optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
-      sigma_floor, noise, memory_budget, track_best: as for ``open_es``.
+      sigma_floor, noise, memory_budget, track_best: as in ``jaxes.strategies``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -124,18 +123,15 @@ def ars(
       True
     """
     p = check_population_size(population_size, antithetic=True)
-    nu_at = sigma_schedule(sigma, sigma_floor)
+    nu_of, initial_nu = scheduled_sigma(sigma, sigma_floor)
     # ARS keeps b of the P/2 directions.
     b = p // 2 if top_k is None else check_int("top_k", top_k, 1, p // 2)
     optimizer = check_optimizer(
         optimizer, lambda: optax.sgd(check_positive("learning_rate", learning_rate))
     )
 
-    def nu_of(state: ARSState) -> jax.Array:
-        return nu_at(state.generation, scalar_dtype(state))
-
     def init(master: Params):
-        return {"opt_state": optimizer.init(master)}, nu_at(0, trees.state_dtype(master))
+        return {"opt_state": optimizer.init(master)}, initial_nu(master)
 
     def estimate(state: ARSState, fitness, moments_of) -> Estimate:
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""

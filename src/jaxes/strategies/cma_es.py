@@ -151,14 +151,6 @@ def cma_es(
             state, sample, w_pos, w_neg, constants(sample.z.shape[1]), c_m, sigma_floor
         )
 
-    def geometry(state) -> termination.Geometry:
-        return termination.Geometry(
-            axes=state.axes * state.scales[None, :],
-            axis_lengths=state.scales,
-            variances=jnp.diagonal(state.covariance),
-            path_c=state.path_c,
-        )
-
     spec = _full.FullSpec(
         name="cma_es",
         state_type=CMAState,
@@ -168,7 +160,7 @@ def cma_es(
         factor=factor,
         estimate=estimate,
         update=update,
-        geometry=geometry,
+        geometry=_geometry,
         sigma0=sigma0,
         covariance_budget=int(covariance_budget),
     )
@@ -224,3 +216,13 @@ def eigen(covariance: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(B, D)`` with ``C = B D² Bᵀ``; eigenvalues clipped at the dtype's tiny so D > 0."""
     values, vectors = jnp.linalg.eigh(covariance)
     return vectors, jnp.sqrt(jnp.maximum(values, jnp.finfo(values.dtype).tiny))
+
+
+def _geometry(state: CMAState) -> termination.Geometry:
+    """The shape of ``C = B D² Bᵀ`` pycma's termination criteria read."""
+    return termination.Geometry(
+        axes=state.axes * state.scales[None, :],
+        axis_lengths=state.scales,
+        variances=jnp.diagonal(state.covariance),
+        path_c=state.path_c,
+    )

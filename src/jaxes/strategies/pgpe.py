@@ -91,7 +91,7 @@ def pgpe(
       fitness_shaping: ``"centered_rank"``, ``"z_score"``, ``"raw"``, ``"log_rank"`` or a
         callable.
       noise, memory_budget, track_best:
-        as for ``open_es``.
+        as in ``jaxes.strategies``.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -92,7 +92,7 @@ def sep_cma_es(
       sigma_floor: σ never goes below it (> 0); ``None`` is ``1e-8`` for a float32 state,
         finer for float64 (``default_sigma_floor``).
       noise, memory_budget, track_best:
-        as for ``open_es``.
+        as in ``jaxes.strategies``.
 
     Example:
       >>> import jax, jax.numpy as jnp

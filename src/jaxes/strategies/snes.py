@@ -93,7 +93,7 @@ def snes(
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
         callable (utilities are centred, so only their differences matter).
       noise, memory_budget, track_best:
-        as for ``open_es``.
+        as in ``jaxes.strategies``.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -105,12 +105,8 @@ def xnes(
     check_fixed_sigma(sigma, "xnes")
     sigma0 = check_positive("sigma", sigma)
     eta_mu = check_positive("learning_rate", learning_rate)
-    rates = {}
-    for name, value in (
-        ("sigma_learning_rate", sigma_learning_rate),
-        ("shape_learning_rate", shape_learning_rate),
-    ):
-        rates[name] = None if value is None else check_positive(name, value)
+    given = {"sigma_learning_rate": sigma_learning_rate, "shape_learning_rate": shape_learning_rate}
+    rates = {name: None if v is None else check_positive(name, v) for name, v in given.items()}
     if sigma_floor is not None:
         check_positive("sigma_floor", sigma_floor)
 
@@ -118,10 +114,7 @@ def xnes(
         return default_learning_rates(d) if rates[name] is None else rates[name]
 
     def init(d: int, dtype):
-        return {
-            "sigma": jnp.asarray(sigma0, dtype),
-            "shape": jnp.eye(d, dtype=dtype),
-        }
+        return {"sigma": jnp.asarray(sigma0, dtype), "shape": jnp.eye(d, dtype=dtype)}
 
     def factor(state):
         return state.sigma, state.shape
@@ -150,14 +143,6 @@ def xnes(
             "shape": state.shape @ rotation,
         }
 
-    def geometry(state) -> termination.Geometry:
-        return termination.Geometry(
-            axes=state.shape,
-            axis_lengths=jnp.linalg.svd(state.shape, compute_uv=False),
-            variances=jnp.sum(jnp.square(state.shape), axis=1),
-            path_c=jnp.zeros(state.shape.shape[:1], state.shape.dtype),
-        )
-
     spec = _full.FullSpec(
         name="xnes",
         state_type=XNESState,
@@ -167,8 +152,18 @@ def xnes(
         factor=factor,
         estimate=estimate,
         update=update,
-        geometry=geometry,
+        geometry=_geometry,
         sigma0=sigma0,
         covariance_budget=int(covariance_budget),
     )
     return _full.build(spec, track_best)
+
+
+def _geometry(state: XNESState) -> termination.Geometry:
+    """The shape of ``C = σ² B Bᵀ`` pycma's termination criteria read (xNES has no ``p_c``)."""
+    return termination.Geometry(
+        axes=state.shape,
+        axis_lengths=jnp.linalg.svd(state.shape, compute_uv=False),
+        variances=jnp.sum(jnp.square(state.shape), axis=1),
+        path_c=jnp.zeros(state.shape.shape[:1], state.shape.dtype),
+    )
