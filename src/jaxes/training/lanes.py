@@ -3,8 +3,9 @@ seed, ``vmap``-ed in one program.
 
 ``Job`` is what stays fixed while they train (strategy, task, loop settings, stopping rules,
 mesh); ``Lane`` is where one run stands (its directory, generation, env steps, whether and why
-it stopped); ``open_lanes`` admits each run into its directory and ``restore_states`` gives the
-state they train from.
+it stopped), an immutable value: ``jaxes.training.record`` owns the stop rules and returns the
+next ``Lane`` of each run. ``open_lanes`` admits each run into its directory and
+``restore_states`` gives the state they train from.
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ class Job:
         return cls(strategy, task, loop, stops, mesh, primary, stream, progress_fn, plot)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Lane:
-    """One run among those training together: its files and where it stands."""
+    """One run among those training together: its files and where it stands. Frozen: the
+    next ``Lane`` is a new value (``dataclasses.replace``), made by ``record`` (generations,
+    env steps, evaluations and the stop decision) and by the steps that restore, time and
+    plot the run."""
 
     out: str
     seed: int
@@ -76,8 +80,8 @@ class Lane:
     stopped: str | None = None
     target_env_steps: int | None = None
     last_eval: float | None = None
-    kept: list = dataclasses.field(default_factory=list)
-    skipped: list = dataclasses.field(default_factory=list)
+    kept: tuple = ()
+    skipped: tuple = ()
     seconds: float = 0.0
     compile_seconds: float = 0.0
     plot: str | None = None
@@ -85,26 +89,6 @@ class Lane:
     @property
     def metrics_path(self) -> str:
         return rundir.metrics_of(self.out)
-
-    def catch_up(self, stops: dict) -> None:
-        """Where a resumed run stood, from the metrics it kept."""
-        evals = [x for x in self.kept if x.get("eval_return") is not None]
-        self.total_env_steps = self.kept[-1].get("total_env_steps", 0) if self.kept else 0
-        self.last_eval = evals[-1]["eval_return"] if evals else None
-        target = stops["target_return"]
-        hit = [x for x in evals if target is not None and x["eval_return"] >= target]
-        self.decide_stop(stops, hit[0].get("total_env_steps") if hit else None, bool(hit))
-
-    def decide_stop(self, stops: dict, target_env_steps, reached: bool) -> None:
-        """Whether the run is over, and why: the target return first (``reached``, at
-        ``target_env_steps``), then the timesteps budget, then the generations."""
-        budget = stops["timesteps"]
-        if reached:
-            self.stopped, self.target_env_steps = "target_return", target_env_steps
-        elif budget is not None and self.total_env_steps >= budget:
-            self.stopped = "timesteps"
-        elif self.generation >= self.settings["generations"]:
-            self.stopped = "generations"
 
     def summary(self) -> dict:
         """``run``'s summary of this run; ``run_dir`` and ``plot`` are absolute paths."""
@@ -118,7 +102,7 @@ class Lane:
             "total_env_steps": self.total_env_steps,
             "stopped": self.stopped,
             "target_env_steps": self.target_env_steps,
-            "skipped": self.skipped,
+            "skipped": list(self.skipped),
             **({"plot": os.path.abspath(self.plot)} if self.plot is not None else {}),
         }
 
@@ -141,11 +125,11 @@ def open_lanes(job: Job, dirs, config: Mapping | None, resume: bool, vmapped: bo
     return opening
 
 
-def restore_states(job: Job, opened, vmapped: bool):
-    """The state to train from (stacked over the runs when ``vmapped``), from ``opened``
-    (``(lane, mode)`` pairs); sets each run's start generation and sets damaged checkpoints
+def restore_states(job: Job, opened, vmapped: bool) -> tuple[Any, list[Lane]]:
+    """The state to train from (stacked over the runs when ``vmapped``) and the lanes at their
+    start generation, from ``opened`` (``(lane, mode)`` pairs); sets damaged checkpoints
     aside."""
-    states = []
+    states, lanes = [], []
     for lane, mode in opened:
         state = init_state(job.strategy, job.task, lane.seed)
         if not vmapped:
@@ -153,17 +137,19 @@ def restore_states(job: Job, opened, vmapped: bool):
         if mode == "restart":
             job.stream.write("no checkpoint yet: starting again from generation 0\n")
         if mode == "resume":
-            lane.start, state, damaged = lane.ckpt.restore_newest_readable(state)
+            start, state, damaged = lane.ckpt.restore_newest_readable(state)
             for step, reason in damaged:
                 kept_at = lane.ckpt.set_aside(step) if job.primary else None
                 job.stream.write(f"skipping a damaged checkpoint, moved to {kept_at}: {reason}\n")
-            lane.skipped = [reason for _, reason in damaged]
+            lane = dataclasses.replace(
+                lane, start=start, skipped=tuple(reason for _, reason in damaged)
+            )
             job.stream.write(f"resuming from checkpoint {lane.start}\n")
-        lane.generation = lane.start
+        lanes.append(dataclasses.replace(lane, generation=lane.start))
         states.append(state)
     if not vmapped:
-        return states[0]
-    return place(jax.tree.map(lambda *xs: jnp.stack(xs), *states), job.mesh)
+        return states[0], lanes
+    return place(jax.tree.map(lambda *xs: jnp.stack(xs), *states), job.mesh), lanes
 
 
 def next_block(lanes: list[Lane], eval_every: int) -> tuple[int, int]:

@@ -23,9 +23,9 @@ from jaxes.training.record import Block, metrics_writers, record_block
 from jaxes.training.settings import INT32_MAX
 
 
-def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> None:
+def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> list[Lane]:
     """Trains the lanes from ``state`` (stacked over them when ``vmapped``) until each one
-    stops; sets their ``seconds`` and ``compile_seconds``."""
+    stops; returns them where they stopped, with their ``seconds`` and ``compile_seconds``."""
     device = _Device.make(job, len(lanes) if vmapped else None)
     progress = report.progress_for(job, len(lanes), vmapped)
     wall_offset = max((lane.kept[-1]["wall_time_s"] for lane in lanes if lane.kept), default=0.0)
@@ -35,7 +35,7 @@ def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> None:
             generation, length = next_block(lanes, job.loop["eval_every"])
             state, block = device.run(state, lanes, generation, length)
             elapsed = wall_offset + block.end - started
-            moved = record_block(job, lanes, writers, block, elapsed, vmapped)
+            lanes, moved = record_block(job, lanes, writers, block, elapsed, vmapped)
             report.show_block(progress, job, moved, length, block.end - block.start)
             for i, lane, lines in moved:
                 if lines:
@@ -43,8 +43,8 @@ def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> None:
                     _checkpoint_if_due(job, lane, state, i, vmapped)
     progress.close()
     seconds = round(time.perf_counter() - started, 1)
-    for lane in lanes:
-        lane.seconds, lane.compile_seconds = seconds, round(device.compile_s, 1)
+    timed = {"seconds": seconds, "compile_seconds": round(device.compile_s, 1)}
+    return [dataclasses.replace(lane, **timed) for lane in lanes]
 
 
 def _checkpoint_if_due(job: Job, lane: Lane, state, i: int, vmapped: bool) -> None:

@@ -1,9 +1,13 @@
 """The host-side record of a block: its ``metrics.jsonl`` lines, the stop decisions they lead
-to, and one write per lane, so that a kill mid-write cuts at most the last line."""
+to, and one write per lane, so that a kill mid-write cuts at most the last line.
+
+The stop rules live here and nowhere else: ``record_block`` and ``caught_up`` return each
+run's next ``Lane`` (generation, env steps, last evaluation, whether and why it stopped)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -42,10 +46,11 @@ def metrics_writers(job: Job, lanes: list[Lane]) -> Iterator[list]:
 
 def record_block(
     job: Job, lanes: list[Lane], writers: list, block: Block, elapsed: float, vmapped: bool
-) -> list[tuple[int, Lane, list[dict]]]:
-    """Writes the block's lines of every running lane and moves the lane on (``advance``);
-    returns ``(index, lane, lines)`` of each, ``elapsed`` being the run's wall time."""
-    moved = []
+) -> tuple[list[Lane], list[tuple[int, Lane, list[dict]]]]:
+    """Writes the block's lines of every running lane; returns the lanes moved on
+    (``advance``) and ``(index, lane, lines)`` of each running one, ``elapsed`` being the
+    run's wall time."""
+    lanes, moved = list(lanes), []
     for i, lane in enumerate(lanes):
         if lane.stopped is not None:
             continue
@@ -55,12 +60,12 @@ def record_block(
 
         count = block.length if block.ran is None else int(np.sum(pick(block.ran)))
         lines = metrics_lines(jax.tree.map(pick, block.metrics), lane.generation, count, elapsed)
-        advance(lane, lines, pick(block.returns), job.stops)
+        lanes[i] = advance(lane, lines, pick(block.returns), job.stops)
         # One write per block: a kill mid-write cuts at most the last line.
         writers[i].write("".join(rundir.metrics_line(x) for x in lines))
         writers[i].flush()
-        moved.append((i, lane, lines))
-    return moved
+        moved.append((i, lanes[i], lines))
+    return lanes, moved
 
 
 def metrics_lines(metrics: dict, first_generation: int, count: int, elapsed: float) -> list[dict]:
@@ -81,19 +86,48 @@ def metrics_lines(metrics: dict, first_generation: int, count: int, elapsed: flo
     return lines
 
 
-def advance(lane: Lane, lines: list[dict], returns, stops: dict) -> None:
-    """Counts a block's generations into ``lane`` and decides whether it stops."""
+def advance(lane: Lane, lines: list[dict], returns, stops: dict) -> Lane:
+    """``lane`` after a block's ``lines`` (each given its ``total_env_steps``, the last its
+    evaluation from ``returns``), with the stop decision."""
+    total = lane.total_env_steps
     for line in lines:
-        lane.total_env_steps += int(line.get("env_steps") or line.get("evaluations") or 0)
-        line["total_env_steps"] = lane.total_env_steps
-    lane.generation += len(lines)
+        total += int(line.get("env_steps") or line.get("evaluations") or 0)
+        line["total_env_steps"] = total
+    lane = dataclasses.replace(lane, generation=lane.generation + len(lines), total_env_steps=total)
     if not lines:
-        return
+        return lane
     with np.errstate(invalid="ignore"):  # an infinite return has no spread
         mean, spread = float(np.mean(returns)), float(np.std(returns))
-    lane.last_eval = rundir.finite_or_null(mean)
+    lane = dataclasses.replace(lane, last_eval=rundir.finite_or_null(mean))
     lines[-1]["eval_return"] = lane.last_eval
     lines[-1]["eval_return_std"] = rundir.finite_or_null(spread)
     target = stops["target_return"]
     reached = target is not None and lane.last_eval is not None and lane.last_eval >= target
-    lane.decide_stop(stops, lane.total_env_steps, reached)
+    return decide_stop(lane, stops, lane.total_env_steps, reached)
+
+
+def caught_up(lane: Lane, kept: list[dict], stops: dict) -> Lane:
+    """Where a resumed run stood, from the metrics lines it ``kept``."""
+    evals = [x for x in kept if x.get("eval_return") is not None]
+    target = stops["target_return"]
+    hit = [x for x in evals if target is not None and x["eval_return"] >= target]
+    lane = dataclasses.replace(
+        lane,
+        kept=tuple(kept),
+        total_env_steps=kept[-1].get("total_env_steps", 0) if kept else 0,
+        last_eval=evals[-1]["eval_return"] if evals else None,
+    )
+    return decide_stop(lane, stops, hit[0].get("total_env_steps") if hit else None, bool(hit))
+
+
+def decide_stop(lane: Lane, stops: dict, target_env_steps, reached: bool) -> Lane:
+    """Whether the run is over, and why: the target return first (``reached``, at
+    ``target_env_steps``), then the timesteps budget, then the generations."""
+    budget = stops["timesteps"]
+    if reached:
+        return dataclasses.replace(lane, stopped="target_return", target_env_steps=target_env_steps)
+    if budget is not None and lane.total_env_steps >= budget:
+        return dataclasses.replace(lane, stopped="timesteps")
+    if lane.generation >= lane.settings["generations"]:
+        return dataclasses.replace(lane, stopped="generations")
+    return lane

@@ -18,6 +18,7 @@ writes a run (``rundir.lock``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
@@ -27,6 +28,7 @@ from jaxes.parallel import describe_devices
 from jaxes.training import checkpoint, report, rundir
 from jaxes.training.lanes import Job, Lane, open_lanes, restore_states
 from jaxes.training.loop import train_lanes
+from jaxes.training.record import caught_up
 from jaxes.training.settings import MAX_SEED, check_seeds, strategy_name
 from jaxes.types import Strategy, Task
 
@@ -199,15 +201,24 @@ def _train(job: Job, dirs, config, resume: bool, title: str, out: str, vmapped: 
             ckpt = checkpoint.Checkpointer(rundir.checkpoints_of(lane_out))
             closing.callback(ckpt.close)
             opened.append((Lane(lane_out, seed, settings, ckpt), mode))
-        state = restore_states(job, opened, vmapped)
-        lanes = [lane for lane, _ in opened]
-        for lane in lanes:
-            if job.primary:
-                lane.kept = rundir.truncate_metrics(lane.metrics_path, lane.start)
-            lane.catch_up(job.stops)
-        train_lanes(job, lanes, state, vmapped)
+        state, lanes = restore_states(job, opened, vmapped)
+        lanes = [
+            caught_up(
+                lane,
+                rundir.truncate_metrics(lane.metrics_path, lane.start) if job.primary else [],
+                job.stops,
+            )
+            for lane in lanes
+        ]
+        lanes = train_lanes(job, lanes, state, vmapped)
     if job.plot and job.primary:
-        for lane in lanes:
-            png = os.path.join(lane.out, rundir.LEARNING_CURVE)
-            lane.plot = report.plot_run(lane.metrics_path, png)
+        lanes = [
+            dataclasses.replace(
+                lane,
+                plot=report.plot_run(
+                    lane.metrics_path, os.path.join(lane.out, rundir.LEARNING_CURVE)
+                ),
+            )
+            for lane in lanes
+        ]
     return lanes
