@@ -118,7 +118,7 @@ def record_compiles() -> dict:
 def jaxes_config(seed: int, generations: int):
     from jaxes.app.config import TrainConfig
 
-    return TrainConfig(
+    return TrainConfig.make(
         env=ENV,
         backend=BACKEND,
         episode_length=EPISODE,
@@ -145,7 +145,7 @@ def solve_jaxes(seed: int, generations: int, devices: int = 1) -> dict:
     import tempfile
 
     from jaxes import training
-    from jaxes.app.config import build
+    from jaxes.app.build import build
 
     compiles = record_compiles()
     start = time.perf_counter()
@@ -308,7 +308,7 @@ def overhead(train_generations: int, reps: int) -> dict:
     import jax.numpy as jnp
 
     from jaxes import training
-    from jaxes.app.config import build
+    from jaxes.app.build import build
     from jaxes.step import generation_step
 
     strategy, task = build(jaxes_config(0, max(train_generations, EVAL_EVERY)))

@@ -52,11 +52,12 @@ def compile_piece(piece: str, env: str | None, calls: int) -> dict:
     from brax_vs_brax_es import jaxes_config
 
     from jaxes import training
-    from jaxes.app.config import TrainConfig, build
+    from jaxes.app.build import build
+    from jaxes.app.config import TrainConfig
     from jaxes.step import generation_step
     from jaxes.strategies import centre
 
-    strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig(env=env))
+    strategy, task = build(jaxes_config(0, 100) if env is None else TrainConfig.make(env=env))
     state = training.init_state(strategy, task, 0)
     key = training.eval_key(0, 5)
     length = 5

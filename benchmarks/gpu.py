@@ -37,9 +37,10 @@ def quiet():
 def jaxes_rate(population: int, backend: str, episode: int, generations: int) -> dict:
     jax = quiet()
     from jaxes import parallel, training
-    from jaxes.app.config import TrainConfig, build
+    from jaxes.app.build import build
+    from jaxes.app.config import TrainConfig
 
-    config = TrainConfig(
+    config = TrainConfig.make(
         env=ENV,
         backend=backend,
         episode_length=episode,

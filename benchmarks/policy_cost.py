@@ -146,14 +146,15 @@ def e2e_part(generations: int, rounds: int, quick: bool) -> list[dict]:
     import jax
 
     from jaxes.app import presets
-    from jaxes.app.config import TrainConfig, build
+    from jaxes.app.build import build
+    from jaxes.app.config import FIELDS, TrainConfig
     from jaxes.training.programs import block_runner, init_state
 
     rows, runners = [], []
     for label, env, overrides in e2e_settings(quick):
         settings = {**presets.preset(env), **overrides}
-        fields = set(TrainConfig.__dataclass_fields__)
-        config = TrainConfig(env=env, **{k: v for k, v in settings.items() if k in fields})
+        fields = set(FIELDS)
+        config = TrainConfig.make(env=env, **{k: v for k, v in settings.items() if k in fields})
         strategy, task = build(config)
         runner = block_runner(strategy, task, generations, evaluate=False)
         state = init_state(strategy, task, seed=0)
@@ -177,9 +178,9 @@ def e2e_part(generations: int, rounds: int, quick: bool) -> list[dict]:
         row = {
             "setting": label,
             "env": env,
-            "population": config.population_size,
-            "policy": config.policy,
-            "noise": config.noise,
+            "population": config.strategy.population_size,
+            "policy": config.env.policy,
+            "noise": config.strategy.noise,
             "generations_per_round": generations,
             "env_steps_per_s": statistics.median(rates),
             "rates": rates,

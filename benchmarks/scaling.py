@@ -174,14 +174,15 @@ def hlo_child(spec: dict) -> dict:
     jax = quiet_import("brax.envs", "jaxes.app.train")
     import jaxes
     from jaxes import training
-    from jaxes.app.config import TrainConfig, build
+    from jaxes.app.build import build
+    from jaxes.app.config import TrainConfig
     from jaxes.tasks.functions import function_task
 
     mesh = parallel.make_mesh(spec["devices"])
     rows = []
     for name, population, dim in spec["tasks"]:
         if name == "hopper":
-            strategy, task = build(TrainConfig(env="hopper", population_size=population))
+            strategy, task = build(TrainConfig.make(env="hopper", population_size=population))
         else:
             strategy, task = jaxes.open_es(population, 0.05), function_task(name, dim)
         state = training.place(training.init_state(strategy, task, 0), mesh)

@@ -1,9 +1,9 @@
-"""Hopper at accelerator scale with ``train.run``: the population split over every device.
+"""Hopper at accelerator scale with ``train.train_config``: the population split over every device.
 
 The full settings (the defaults) are what a hopper run on a GPU or TPU looks like: P = 4096
 members of a (64, 64) tanh MLP policy, 1000-step episodes, 300 generations, the population
 split evenly over every visible device (``devices=0``; ``parallel.sharded_step`` inside
-``train.run``). That is up to 4 million environment steps per generation and 1.2 billion in
+``train.train_config``). That is up to 4 million environment steps per generation and 1.2 billion in
 all, so the full run needs an accelerator (it has not been run yet: no accelerator was
 available when this was written). The step sizes are ``the strategies' own defaults``; the full
 run is not part of the test suite. ``--quick`` shrinks it to what a CPU finishes quickly (P = 16,
@@ -31,7 +31,8 @@ import jax
 
 from jaxes import parallel, plotting
 from jaxes.app import train
-from jaxes.app.config import STRATEGIES, TrainConfig
+from jaxes.app.config import TrainConfig
+from jaxes.strategies import STRATEGIES
 
 # Optional speed-up: reuse compiled programs across runs (the test suite and `make` set this).
 if os.environ.get("JAXES_CACHE_DIR"):
@@ -86,7 +87,7 @@ def main() -> None:
         settings["population_size"] = args.population
     if args.generations is not None:
         settings["generations"] = args.generations
-    config = TrainConfig(
+    config = TrainConfig.make(
         env="hopper",
         backend=args.backend,
         strategy=args.strategy,
@@ -96,10 +97,10 @@ def main() -> None:
         devices=args.devices,
         **settings,
     )
-    # A new directory per run: train.run refuses a non-empty one rather than overwrite a run.
+    # A new directory per run: train_config refuses a non-empty one rather than overwrite a run.
     out = args.out or tempfile.mkdtemp(prefix="jaxes-hopper-")
     print(f"{len(jax.devices())} {jax.default_backend()} device(s) visible", flush=True)
-    summary = train.run(config, out, plot=not args.quick)
+    summary = train.train_config(config, out, plot=not args.quick)
     rate = steps_per_second(os.path.join(out, "metrics.jsonl"))
     print(
         f"hopper: eval return {summary['final_eval_return']:.1f} after "

@@ -1,7 +1,6 @@
 """gymnax environments as tasks: the rollout against a plain Python loop, termination and
 truncation, frame skip, the device split, every registered env tracing, and CartPole learning."""
 
-import dataclasses
 import subprocess
 import sys
 import time
@@ -16,7 +15,8 @@ from gymnax.environments import spaces
 import jaxes
 from jaxes import parallel, training
 from jaxes.app import commands, presets
-from jaxes.app.config import ConfigError, TrainConfig, build
+from jaxes.app.build import build
+from jaxes.app.config import ConfigError, TrainConfig
 from jaxes.step import generation_step
 from jaxes.tasks.control import running_stats
 from jaxes.tasks.gymnax import envs, gymnax_task
@@ -233,15 +233,15 @@ def test_cartpole_learns():
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Breakout-MinAtar"])
 def test_the_cli_config_builds_a_gymnax_run_that_lowers(env):
-    config = TrainConfig(env=env, population_size=4)
-    assert config.backend == "gymnax"
-    assert config.episode_length == int(gymnax.make(env)[1].max_steps_in_episode)
+    config = TrainConfig.make(env=env, population_size=4)
+    assert config.env.backend == "gymnax"
+    assert config.env.episode_length == int(gymnax.make(env)[1].max_steps_in_episode)
     minatar = env in presets.MINATAR_GAMES
-    assert config.policy == ("vbn_conv" if minatar else "linear")
-    assert config.normalize_observations is not minatar
+    assert config.env.policy == ("vbn_conv" if minatar else "linear")
+    assert config.env.normalize_observations is not minatar
     strategy, task = build(config)
-    assert task.env_params.max_steps_in_episode == config.episode_length
-    state = jax.eval_shape(lambda: training.init_state(strategy, task, config.seed))
+    assert task.env_params.max_steps_in_episode == config.env.episode_length
+    state = jax.eval_shape(lambda: training.init_state(strategy, task, config.loop.seed))
     jax.jit(generation_step(strategy, task)).lower(state)  # traced and lowered, not compiled
 
 
@@ -257,9 +257,9 @@ def test_the_minatar_games_share_one_preset_and_envs_lists_gymnax(capsys):
 
 def test_cli_errors_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^backend: CartPole-v1 is a gymnax environment"):
-        TrainConfig(env="CartPole-v1", backend="spring")
+        TrainConfig.make(env="CartPole-v1", backend="spring")
     with pytest.raises(ConfigError, match=r"^policy: unknown 'conv'; allowed"):
-        TrainConfig(env="hopper", policy="conv")
+        TrainConfig.make(env="hopper", policy="conv")
     out = tmp_path / "r"
     cli = [sys.executable, "-m", "jaxes", "train", "--env", "CartPole-v1", "--policy", "conv"]
     proc = subprocess.run([*cli, "--out", str(out)], capture_output=True, text=True)
@@ -274,11 +274,15 @@ def test_cli_errors_are_one_line(tmp_path):
 def test_the_minatar_preset_is_low_rank_and_old_run_configs_keep_their_settings():
     """The sweep's setting is the MinAtar preset (issue 39), for open_es only; a config.json
     written before noise_rank and vbn_reference_size existed keeps what they meant then."""
-    config = TrainConfig(env="Breakout-MinAtar")
-    assert (config.noise, config.noise_rank, config.vbn_reference_size) == ("lowrank", 1, 32)
-    assert TrainConfig(env="Breakout-MinAtar", strategy="snes").noise == "table"
-    assert TrainConfig(env="hopper").noise == "table"
-    old = dataclasses.asdict(config)
+    config = TrainConfig.make(env="Breakout-MinAtar")
+    assert (config.strategy.noise, config.strategy.noise_rank, config.env.vbn_reference_size) == (
+        "lowrank",
+        1,
+        32,
+    )
+    assert TrainConfig.make(env="Breakout-MinAtar", strategy="snes").strategy.noise == "table"
+    assert TrainConfig.make(env="hopper").strategy.noise == "table"
+    old = config.to_dict()
     del old["noise_rank"], old["vbn_reference_size"]
     restored = TrainConfig.from_dict({**old, "noise": "table"})
-    assert (restored.noise_rank, restored.vbn_reference_size) == (1, 128)
+    assert (restored.strategy.noise_rank, restored.env.vbn_reference_size) == (1, 128)

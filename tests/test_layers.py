@@ -32,7 +32,7 @@ LAYERS = [
             "jaxes.plotting",
         ],
     ),
-    ("members", [("jaxes.factored", "jaxes.quantized")]),
+    ("members", [("jaxes.factored", "jaxes.layer_terms", "jaxes.quantized")]),
     (
         "core",
         ["jaxes.noise", "jaxes.shaping", "jaxes.optim", "jaxes.evaluation", "jaxes.collectives"],

@@ -2,7 +2,6 @@
 through the real `jaxes` command (one stderr line, the exit code, the files left) and through
 the runner API, which gives a user's own task the same guarantees."""
 
-import dataclasses
 import io
 import json
 import os
@@ -23,7 +22,8 @@ import jaxes
 from jaxes import training
 from jaxes.app import cli, train
 from jaxes.app import config as config_lib
-from jaxes.app.config import TrainConfig, build
+from jaxes.app.build import build
+from jaxes.app.config import TrainConfig
 from jaxes.tasks.control import running_stats
 from jaxes.tasks.functions import function_task
 from jaxes.training import checkpoint, compilation, rundir
@@ -238,7 +238,7 @@ def test_eval_and_render_pick_a_checkpoint_and_an_episode_length(run_copy, monke
     # 15's centre with 30-step episodes (compiled as eval compiles it: the command's program,
     # read back from the compile cache).
     config, _, _, step, state = train.load_run(str(run_copy), 15)
-    _, task = build(dataclasses.replace(config, episode_length=30, eval_episodes=16))
+    _, task = build(config.replace(episode_length=30, eval_episodes=16))
     params = jaxes.centre(state.strategy_state)
     inputs = (jax.random.key(0), params, state.task_state)
     expected = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))(*inputs)
@@ -277,7 +277,7 @@ def test_train_run_refuses_a_config_that_differs_from_the_runs(run_copy):
     saved = json.loads((run_copy / "config.json").read_text())
     changed = TrainConfig.from_dict({**saved, "sigma": 0.2})
     with pytest.raises(rundir.RunDirError, match="sigma=0.2 differs from the run's 0.05"):
-        train.run(changed, str(run_copy), resume=True, stream=io.StringIO())
+        train.train_config(changed, str(run_copy), resume=True, stream=io.StringIO())
     assert snapshot(run_copy) == before
 
 
@@ -309,12 +309,12 @@ def test_render_plays_the_episode_evaluation_plays(tiny_run):
     config, _, task, _, state = train.load_run(str(tiny_run))
     key = jax.random.key(3)
     params = jaxes.centre(state.strategy_state)
-    _, total = render.rollout_states(task, params, state.task_state, config.episode_length, key)
+    _, total = render.rollout_states(task, params, state.task_state, config.env.episode_length, key)
     returns = jax.jit(task.evaluate_policy)(key, params, state.task_state)
     np.testing.assert_allclose(total, float(returns[0]), rtol=1e-5)
     # Without the run's statistics the policy acts differently: the check can fail.
     blank = task.init(None)
-    _, other = render.rollout_states(task, params, blank, config.episode_length, key)
+    _, other = render.rollout_states(task, params, blank, config.env.episode_length, key)
     assert other != total
 
 

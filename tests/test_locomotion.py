@@ -17,6 +17,7 @@ import jaxes
 from jaxes import training
 from jaxes.app import config as config_lib
 from jaxes.app import presets, train
+from jaxes.app.build import build
 from jaxes.step import generation_step
 from jaxes.strategies import centre
 from jaxes.tasks.brax import brax_task
@@ -32,11 +33,11 @@ from jaxes.tasks.gymnax import envs as gymnax_envs
     + [(env, name) for name, rows in presets.NAMED.items() for env, row in rows.items() if row],
 )
 def test_every_env_traces_one_generation_with_its_preset(env, name):
-    config = config_lib.TrainConfig(env=env, preset=name)
-    assert config.backend in supported_backends(env)
+    config = config_lib.TrainConfig.make(env=env, preset=name)
+    assert config.env.backend in supported_backends(env)
     for setting, value in presets.preset(env, name=name).items():
-        assert getattr(config, setting) == value, (env, name, setting)
-    strategy, task = config_lib.build(config)
+        assert config.get(setting) == value, (env, name, setting)
+    strategy, task = build(config)
     state = jax.eval_shape(lambda: training.init_state(strategy, task, 0))
     lowered = jax.jit(generation_step(strategy, task)).lower(state)
     _, metrics = lowered.out_info
@@ -46,37 +47,38 @@ def test_every_env_traces_one_generation_with_its_preset(env, name):
 def test_named_settings_are_valid_configs_for_every_env_they_name():
     for name, rows in presets.NAMED.items():
         for env, row in rows.items():
-            config = config_lib.TrainConfig(env=env, preset=name)
-            plain = config_lib.TrainConfig(env=env)
+            config = config_lib.TrainConfig.make(env=env, preset=name)
+            plain = config_lib.TrainConfig.make(env=env)
             assert config.preset == name and config.to_dict()["preset"] == name
             changed = {k for k, v in plain.to_dict().items() if config.to_dict()[k] != v}
             assert changed - {"preset"} <= set(row), (name, env, changed)
             for setting, value in row.items():
-                assert getattr(config, setting) == value, (name, env, setting)
+                assert config.get(setting) == value, (name, env, setting)
 
 
 def test_presets_are_valid_configs_and_flags_override_them():
     for env in presets.PRESETS:
-        config = config_lib.TrainConfig(env=env)
+        config = config_lib.TrainConfig.make(env=env)
         for name, value in presets.preset(env).items():
             if value is None:  # gymnax's episode_length: the env's own time limit
-                assert (name, config.backend) == ("episode_length", "gymnax"), (env, name)
+                assert (name, config.env.backend) == ("episode_length", "gymnax"), (env, name)
                 value = gymnax_envs.load_env(env)[1].max_steps_in_episode
-            assert getattr(config, name) == value, (env, name)
-    config = config_lib.TrainConfig(env="hopper", sigma=0.1, population_size=8)
-    assert (config.sigma, config.population_size) == (0.1, 8)
-    assert config.learning_rate == presets.preset("hopper")["learning_rate"]
+            assert config.get(name) == value, (env, name)
+    config = config_lib.TrainConfig.make(env="hopper", sigma=0.1, population_size=8)
+    assert (config.strategy.sigma, config.strategy.population_size) == (0.1, 8)
+    assert config.strategy.learning_rate == presets.preset("hopper")["learning_rate"]
     # Another strategy keeps the env's settings but not open_es's step sizes.
-    snes = config_lib.TrainConfig(env="hopper", strategy="snes")
-    assert snes.population_size == 32 and snes.learning_rate == 1.0 and snes.l2_coeff is None
+    snes = config_lib.TrainConfig.make(env="hopper", strategy="snes")
+    assert snes.strategy.population_size == 32 and snes.strategy.learning_rate == 1.0
+    assert snes.strategy.l2_coeff is None
 
 
 def test_new_settings_reach_the_strategy_and_the_task():
-    config = config_lib.TrainConfig(
+    config = config_lib.TrainConfig.make(
         env="inverted_pendulum", l2_coeff=0.01, fitness_shaping="z_score", noise="gaussian",
         action_repeat=2, population_size=4,
     )  # fmt: skip
-    strategy, task = config_lib.build(config)
+    strategy, task = build(config)
     reference = jaxes.open_es(4, l2_coeff=0.01, fitness_shaping="z_score", noise="gaussian")
     params = task.init_params(jax.random.key(0))
     mine = jax.eval_shape(strategy.init, jax.random.key(1), params)
@@ -102,8 +104,8 @@ def test_new_settings_reach_the_strategy_and_the_task():
 
     def direct(action_repeat):
         return brax_task(
-            config.env, config.backend, config.episode_length, config.policy,
-            config.hidden_sizes, eval_episodes=config.eval_episodes,
+            config.env.name, config.env.backend, config.env.episode_length, config.env.policy,
+            config.env.hidden_sizes, eval_episodes=config.env.eval_episodes,
             action_repeat=action_repeat,
         )  # fmt: skip
 
@@ -218,10 +220,10 @@ def test_seeds_that_reach_the_target_stop_while_the_others_go_on(tmp_path):
 def test_brax_seeds_match_the_single_run_of_the_same_seed(tiny_run, tmp_path):
     """The CLI's tiny run (seed 0) against the same settings trained with seeds 0 and 1."""
     config = config_lib.read_config(os.path.join(tiny_run, "config.json"))
-    train.run_seeds(config, [0, 1], str(tmp_path / "s"), stream=io.StringIO(), plot=False)
+    train.train_config_seeds(config, [0, 1], str(tmp_path / "s"), stream=io.StringIO(), plot=False)
     _, _, _, _, alone = train.load_run(str(tiny_run))
     _, _, _, step, together = train.load_run(str(tmp_path / "s" / "seed-0"))
-    assert step == config.generations
+    assert step == config.loop.generations
     np.testing.assert_allclose(
         np.concatenate([np.ravel(x) for x in jax.tree.leaves(centre(together.strategy_state))]),
         np.concatenate([np.ravel(x) for x in jax.tree.leaves(centre(alone.strategy_state))]),
@@ -233,11 +235,11 @@ def test_brax_seeds_match_the_single_run_of_the_same_seed(tiny_run, tmp_path):
 def test_envs_that_needed_help_train_a_generation(env, tmp_path):
     """fast has no physical system (no control range); swimmer's fluid model needed the
     ``jnp.clip`` fix. Both run a real generation from their preset."""
-    config = config_lib.TrainConfig(
+    config = config_lib.TrainConfig.make(
         env=env, episode_length=10, population_size=4, generations=1, eval_every=1,
         checkpoint_every=1, eval_episodes=1,
     )  # fmt: skip
-    summary = train.run(config, str(tmp_path / env), stream=io.StringIO(), plot=False)
+    summary = train.train_config(config, str(tmp_path / env), stream=io.StringIO(), plot=False)
     assert summary["total_env_steps"] == 4 * 10 and np.isfinite(summary["final_eval_return"])
 
 

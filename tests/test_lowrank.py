@@ -263,10 +263,11 @@ def test_cli_bad_low_rank_settings_are_one_line(capsys, tmp_path, flags, message
 def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
     # Wiring only (jit(...).lower: traced, not compiled): the CLI's settings reach the strategy.
     from jaxes import training
-    from jaxes.app.config import TrainConfig, build
+    from jaxes.app.build import build
+    from jaxes.app.config import TrainConfig
     from jaxes.step import generation_step
 
-    config = TrainConfig(env="fast", noise="lowrank", noise_rank=3, policy="mlp")
+    config = TrainConfig.make(env="fast", noise="lowrank", noise_rank=3, policy="mlp")
     strategy, task = build(config)
     state = training.init_state(strategy, task, 0)
     jax.jit(generation_step(strategy, task)).lower(state)

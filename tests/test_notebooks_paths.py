@@ -144,11 +144,11 @@ def extras_used(code: str) -> set[str]:
 
 
 def test_extras_used_reads_imports_and_env_names():
-    assert extras_used('cfg = TrainConfig(env="hopper")\nimport matplotlib.pyplot') == {
+    assert extras_used('cfg = TrainConfig.make(env="hopper")\nimport matplotlib.pyplot') == {
         "brax",
         "plot",
     }
-    assert extras_used("TrainConfig(env='Breakout-MinAtar')") == {"gymnax"}
+    assert extras_used("TrainConfig.make(env='Breakout-MinAtar')") == {"gymnax"}
     assert extras_used("from jaxes_examples.digits import classifier") == set()
     assert extras_used("import jax") == set()
 

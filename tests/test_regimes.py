@@ -132,7 +132,7 @@ def test_the_cli_and_python_agree_on_the_smallest_population():
     from jaxes.app import config
 
     with pytest.raises(config.ConfigError, match="population_size: expected an int >= 2"):
-        config.TrainConfig(env="inverted_pendulum", population_size=1)
+        config.TrainConfig.make(env="inverted_pendulum", population_size=1)
 
 
 X64_SCRIPT = textwrap.dedent(

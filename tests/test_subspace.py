@@ -190,10 +190,13 @@ def test_cli_bad_subspace_settings_are_one_line(capsys, tmp_path, flags, message
 
 def test_jaxes_train_subspace_settings_reach_the_strategy_and_config_reads_back(tmp_path):
     # Wiring only (jit(...).lower: traced, not compiled).
-    from jaxes.app.config import TrainConfig, build, read_config
+    from jaxes.app.build import build
+    from jaxes.app.config import TrainConfig, read_config
     from jaxes.step import generation_step
 
-    config = TrainConfig(env="fast", policy="mlp", subspace_dim=5, subspace_projection="sparse")
+    config = TrainConfig.make(
+        env="fast", policy="mlp", subspace_dim=5, subspace_projection="sparse"
+    )
     strategy, task = build(config)
     state = training.init_state(strategy, task, 0)
     assert isinstance(state.strategy_state, subspace.SubspaceState)

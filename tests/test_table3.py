@@ -230,13 +230,13 @@ def test_quick_sweep(tmp_path):
 def test_every_sweep_setting_is_a_valid_config_that_changes_one_thing(env):
     """Each setting's flags, parsed by `jaxes train`'s own parser, give a valid config that
     differs from the env's `table3` setting where its flags say, and only there."""
-    base = TrainConfig(env=env, preset="table3").to_dict()
+    base = TrainConfig.make(env=env, preset="table3").to_dict()
     assert env in presets.NAMED["table3"]
     for name, flags in table3_sweep.grid(env).items():
         cmd = table3_sweep.command(env, flags, "0-2", 1000, Path("/tmp/never-made"))
         args = cli_parser.parser().parse_args(cmd[3:])
         given = {f: getattr(args, f) for _, f, _, _ in cli_parser.TRAIN_FLAGS}
-        config = TrainConfig(**{k: v for k, v in given.items() if v is not None}).to_dict()
+        config = TrainConfig.make(**{k: v for k, v in given.items() if v is not None}).to_dict()
         changed = {k for k in base if config[k] != base[k]}
         changed -= {"timesteps", "target_return", "generations", "checkpoint_every"}
         fields = {f for flag, f, _, _ in cli_parser.TRAIN_FLAGS if flag[2:] in flags}

@@ -1,6 +1,5 @@
 """End-to-end training: learning, checkpoints, and bit-identical resume after SIGKILL."""
 
-import dataclasses
 import json
 import os
 import signal
@@ -15,7 +14,9 @@ import pytest
 import jaxes
 from jaxes import training
 from jaxes.app import train
-from jaxes.app.config import TrainConfig, build, strategy_default
+from jaxes.app.build import build
+from jaxes.app.checks import strategy_default
+from jaxes.app.config import TrainConfig
 from jaxes.step import generation_step
 
 TINY = dict(
@@ -58,10 +59,11 @@ def assert_states_identical(a, b):
 def test_default_run_learns_inverted_pendulum(tmp_path):
     out = tmp_path / "run"
     with open(os.devnull, "w") as quiet:
-        summary = train.run(TrainConfig(), str(out), stream=quiet)
+        summary = train.train_config(TrainConfig.make(), str(out), stream=quiet)
     assert summary["final_eval_return"] >= 950
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [x["generation"] for x in lines] == list(range(1, TrainConfig().generations + 1))
+    generations = TrainConfig.make().loop.generations
+    assert [x["generation"] for x in lines] == list(range(1, generations + 1))
     # Strict JSON: every line parses without Python's NaN/Infinity extensions.
     for line in (out / "metrics.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=lambda name: pytest.fail(f"non-JSON {name}"))
@@ -72,7 +74,7 @@ def test_default_run_learns_inverted_pendulum(tmp_path):
 @pytest.fixture(scope="module")
 def untrained_return():
     """The default task's noise-free return of the initial policy, before any update."""
-    strategy, task = build(TrainConfig())
+    strategy, task = build(TrainConfig.make())
     state = training.init_state(strategy, task, seed=0)
     params = jaxes.centre(state.strategy_state)
     returns = jax.jit(task.evaluate_policy)(jax.random.key(0), params, state.task_state)
@@ -87,9 +89,9 @@ def test_every_strategy_learns_inverted_pendulum_with_its_defaults(
     # The default task (1000-step episodes, P = 32, linear policy), 25 generations: every
     # strategy measured 1000 from generation 15 on, so the last two evaluations (20, 25)
     # come after that.
-    config = TrainConfig(strategy=strategy, generations=25, checkpoint_every=25)
+    config = TrainConfig.make(strategy=strategy, generations=25, checkpoint_every=25)
     with open(os.devnull, "w") as quiet:
-        train.run(config, str(tmp_path / "run"), stream=quiet, plot=False)
+        train.train_config(config, str(tmp_path / "run"), stream=quiet, plot=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [x["eval_return"] for x in lines if x.get("eval_return") is not None]
     assert max(evals) >= 950, evals
@@ -134,15 +136,15 @@ def test_resume_after_sigkill_is_bit_identical(uninterrupted, tmp_path):
 
 def test_a_shorter_run_extended_by_resume_equals_the_whole_run(uninterrupted, tmp_path):
     out = str(tmp_path / "short")
-    config = TrainConfig(**TINY)
+    config = TrainConfig.make(**TINY)
     with open(os.devnull, "w") as quiet:
-        train.run(dataclasses.replace(config, generations=10), out, stream=quiet, plot=False)
-        train.run(config, out, resume=True, stream=quiet, plot=False)
+        train.train_config(config.replace(generations=10), out, stream=quiet, plot=False)
+        train.train_config(config, out, resume=True, stream=quiet, plot=False)
     assert_states_identical(final_state(uninterrupted)[1], final_state(out)[1])
 
 
 def test_generation_step_composes_with_scan():
-    strategy, task = build(TrainConfig(**TINY))
+    strategy, task = build(TrainConfig.make(**TINY))
     state = training.init_state(strategy, task, seed=0)
     step = jax.jit(generation_step(strategy, task))
     looped = state
@@ -163,7 +165,7 @@ def test_generation_step_composes_with_scan():
 def test_the_full_covariance_strategies_build_and_trace_a_brax_generation(name):
     """``--strategy cma_es|xnes``: the config passes them only what they take, and a generation
     of the policy (its d × d covariance included) traces."""
-    config = TrainConfig(**{**TINY, "strategy": name})
+    config = TrainConfig.make(**{**TINY, "strategy": name})
     strategy, task = build(config)
     assert strategy.traits.name == name
     state = jax.eval_shape(lambda: training.init_state(strategy, task, seed=0))
@@ -188,13 +190,22 @@ def test_the_full_covariance_strategies_build_and_trace_a_brax_generation(name):
 )
 def test_bad_config(changes, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**{**TINY, **changes})
+        TrainConfig.make(**{**TINY, **changes})
 
 
 def test_a_preset_checkpoint_cadence_follows_the_eval_every_a_user_chose():
     # halfcheetah's preset checkpoints every 10; a user's --eval-every 4 rounds it up to 12
     # instead of failing on a setting the user never gave. An explicit one is still checked.
-    assert TrainConfig(env="halfcheetah", eval_every=4).checkpoint_every == 12
-    assert TrainConfig(env="halfcheetah", eval_every=5).checkpoint_every == 10
+    assert TrainConfig.make(env="halfcheetah", eval_every=4).loop.checkpoint_every == 12
+    assert TrainConfig.make(env="halfcheetah", eval_every=5).loop.checkpoint_every == 10
     with pytest.raises(ValueError, match=r"checkpoint_every: must be a multiple of eval_every"):
-        TrainConfig(env="halfcheetah", eval_every=4, checkpoint_every=10)
+        TrainConfig.make(env="halfcheetah", eval_every=4, checkpoint_every=10)
+
+
+def test_the_old_names_of_the_config_entry_warn_and_still_work():
+    # "run" is the library's runner (jaxes.training.run); a config's entry is train_config.
+    for old, new in (("run", train.train_config), ("run_seeds", train.train_config_seeds)):
+        with pytest.warns(DeprecationWarning, match=f"train.{old} is now"):
+            assert getattr(train, old) is new
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        train.nonsense  # noqa: B018

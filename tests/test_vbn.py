@@ -188,6 +188,6 @@ def test_bad_reference_sizes_are_one_line_errors():
     with pytest.raises(ValueError, match=r"^reference_size: expected an int >= 1, got 0"):
         brax_task("inverted_pendulum", "spring", 20, "vbn_mlp", reference_size=0)
     with pytest.raises(ConfigError, match=r"^vbn_reference_size: expected an int >= 1"):
-        TrainConfig(policy="vbn_mlp", vbn_reference_size=-3)
+        TrainConfig.make(policy="vbn_mlp", vbn_reference_size=-3)
     with pytest.raises(ValueError, match=r"^hidden_sizes: vbn_mlp needs at least one hidden"):
         policies.vbn_mlp(3, 1, ())

@@ -36,25 +36,17 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxes import evaluation, quantized, trees
-from jaxes.noise.factors import LowRank, is_factored
-from jaxes.quantized import Int8, is_int8
+from jaxes import evaluation, layer_terms, quantized, trees
+from jaxes.noise.factors import is_factored
+from jaxes.quantized import is_int8
 from jaxes.types import Params, Strategy
-
-
-def low_rank_term(x: jax.Array, delta: LowRank, precision=None) -> jax.Array:
-    """``x @ (A Bᵀ)`` as ``(x A) Bᵀ``: ``x`` is ``(..., m)``, the result ``(..., n)``."""
-    xa = jnp.einsum("...m,mr->...r", x, delta.a, precision=precision)
-    return jnp.einsum("...r,nr->...n", xa, delta.b, precision=precision)
 
 
 def matmul(x: jax.Array, w: jax.Array, delta, precision=None) -> jax.Array:
@@ -62,13 +54,15 @@ def matmul(x: jax.Array, w: jax.Array, delta, precision=None) -> jax.Array:
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxes.noise.factors import LowRank
       >>> a, b = jax.random.normal(jax.random.key(0), (2, 4, 1))
       >>> x, w = jnp.ones((2, 4)), jnp.eye(4)
       >>> bool(jnp.allclose(matmul(x, w, LowRank(a, b)), x @ (w + a @ b.T), atol=1e-5))
       True
     """
     if is_factored(delta):
-        return jnp.matmul(x, w, precision=precision) + low_rank_term(x, delta, precision)
+        term = layer_terms.low_rank_term(x, delta, precision)
+        return jnp.matmul(x, w, precision=precision) + term
     return jnp.matmul(x, w + delta, precision=precision)
 
 
@@ -99,165 +93,6 @@ def _at(tree, path: tuple[str, ...]):
     return tree
 
 
-def _letters(n: int) -> str:
-    return "abcdefghijklmnopq"[:n]
-
-
-def _dense_term(x, d: LowRank, precision):
-    return low_rank_term(x, d, precision)
-
-
-def _dense_general_term(module: nn.DenseGeneral, x, d: LowRank, precision):
-    """The low-rank term of an ``nn.DenseGeneral`` whose kernel (inputs' contracted axes, then
-    features) is factored over its last two axes, as one einsum; ``None`` where the layer
-    contracts other than the inputs' trailing axes or has batch axes."""
-    axis = module.axis if isinstance(module.axis, tuple) else (module.axis,)
-    axis = tuple(a % x.ndim for a in axis)
-    if module.batch_dims or axis != tuple(range(x.ndim - len(axis), x.ndim)):
-        return None
-    k = _letters(d.a.ndim)  # the kernel's axes: inputs' contracted ones, then features
-    inputs, outputs = k[: len(axis)], k[len(axis) :]
-    spec = f"...{inputs},{k[:-1]}r,{k[:-2]}{k[-1]}r->...{outputs}"
-    return jnp.einsum(spec, x, d.a, d.b, precision=precision)
-
-
-def _embed_term(x, d: LowRank):
-    """Rows ``x`` (token ids) of ``A Bᵀ``: ``A[x] Bᵀ``."""
-    return jnp.einsum("...r,nr->...n", jnp.take(d.a, x, axis=0), d.b)
-
-
-def _attend_term(x, d: LowRank):
-    """``x (A Bᵀ)ᵀ = (x B) Aᵀ``: an embedding used as the output layer."""
-    return jnp.einsum("...r,mr->...m", jnp.einsum("...n,nr->...r", x, d.b), d.a)
-
-
-def _per_axis(value, n: int, default: int) -> tuple[int, ...]:
-    """A Conv setting (``None``, an int or one per spatial axis) as one int per axis."""
-    if value is None:
-        return (default,) * n
-    if isinstance(value, int):
-        return (value,) * n
-    return tuple(int(v) for v in value)
-
-
-def _conv_padding(padding, n: int):
-    """``nn.Conv``'s padding as ``lax`` takes it (``None``: a mode the term does not handle,
-    such as ``"CIRCULAR"`` or ``"CAUSAL"``)."""
-    if isinstance(padding, str):
-        return padding if padding in ("SAME", "VALID") else None
-    if isinstance(padding, int):
-        return ((padding, padding),) * n
-    pads = tuple(padding)
-    if all(isinstance(p, int) for p in pads):
-        return tuple((p, p) for p in pads)
-    return tuple(tuple(p) for p in pads)
-
-
-def conv_unsupported(module: nn.Conv) -> str | None:
-    """Why ``module``'s factored term cannot be computed (``None``: it can)."""
-    if module.feature_group_count != 1:
-        return f"feature_group_count={module.feature_group_count}"
-    if module.mask is not None:
-        return "a kernel mask"
-    if any(g != 1 for g in _per_axis(module.input_dilation, 1, 1)):
-        return f"input_dilation={module.input_dilation}"
-    if _conv_padding(module.padding, 1) is None:
-        return f"padding={module.padding!r}"
-    return None
-
-
-def _conv_term(module: nn.Conv, x, d: LowRank, precision):
-    """The low-rank term of an ``nn.Conv`` whose kernel ``(k..., in, out)`` is factored over
-    its last two axes, one rank-``r`` product per kernel tap: ``Σ_tap x_tap A_tap B_tapᵀ``.
-
-    Three steps, none of which builds a kernel: every pixel's projection on every tap's
-    ``A`` (``in × taps·r``), each tap's projection sliced at the pixels that tap reaches (the
-    layer's own padding, strides and kernel dilation), and the contraction with ``B``.
-    ``None`` where the layer groups features, masks its kernel, dilates its input, or pads
-    other than ``"SAME"``, ``"VALID"`` or explicitly."""
-    n = d.a.ndim - 2  # spatial axes of the kernel
-    if conv_unsupported(module) is not None:
-        return None
-    taps_shape, r = d.a.shape[:n], d.a.shape[-1]
-    taps = math.prod(taps_shape)
-    lead, spatial = x.shape[: x.ndim - n - 1], x.shape[x.ndim - n - 1 : -1]
-    batch = x.reshape((-1,) + x.shape[x.ndim - n - 1 :])
-    a = jnp.moveaxis(d.a.reshape((taps,) + d.a.shape[n:]), 0, 1)  # (in, taps, r)
-    projected = jnp.einsum("...c,ctr->...tr", batch, a, precision=precision)
-    strides = _per_axis(module.strides, n, 1)
-    dilation = _per_axis(module.kernel_dilation, n, 1)
-    window = tuple((k - 1) * g + 1 for k, g in zip(taps_shape, dilation, strict=True))
-    padding = _conv_padding(module.padding, n)
-    if isinstance(padding, str):
-        padding = jax.lax.padtype_to_pads(spatial, window, strides, padding)
-    zero = jnp.zeros((), projected.dtype)
-    config = [(0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding] + [(0, 0, 0)] * 2
-    padded = jax.lax.pad(projected, zero, config)
-    out = tuple(
-        (size + lo + hi - w) // s + 1
-        for size, (lo, hi), w, s in zip(spatial, padding, window, strides, strict=True)
-    )
-    reached = []
-    for t, tap in enumerate(np.ndindex(*taps_shape)):
-        starts = [0] + [i * g for i, g in zip(tap, dilation, strict=True)] + [t, 0]
-        limits = [padded.shape[0]]
-        limits += [b + (o - 1) * s + 1 for b, o, s in zip(starts[1:], out, strides, strict=False)]
-        limits += [t + 1, r]
-        steps = (1, *strides, 1, 1)
-        reached.append(jax.lax.slice(padded, starts, limits, steps)[..., 0, :])
-    moved = jnp.stack(reached, axis=-2)  # (N, out..., taps, r)
-    b = d.b.reshape((taps,) + d.b.shape[n:])  # (taps, out, r)
-    term = jnp.einsum("...tr,tfr->...f", moved, b, precision=precision)
-    return term.reshape(lead + term.shape[1:])
-
-
-# The layers that take a factored displacement of their weight (and an Int8 one), and the name
-# of that weight in their params.
-_WEIGHT = {
-    nn.Dense: "kernel",
-    nn.DenseGeneral: "kernel",
-    nn.Conv: "kernel",
-    nn.Embed: "embedding",
-}
-
-
-def _weight_name(context) -> str | None:
-    """The weight a served layer's intercepted call reads (``None``: not a served call)."""
-    for kind, name in _WEIGHT.items():
-        if isinstance(context.module, kind):
-            method = context.method_name
-            if method == "__call__" or (kind is nn.Embed and method == "attend"):
-                return name
-    return None
-
-
-def _term(context, x, d: LowRank):
-    """The low-rank term the intercepted call adds (``None``: this call cannot take it)."""
-    module = context.module
-    if isinstance(module, nn.Dense):
-        return _dense_term(x, d, module.precision)
-    if isinstance(module, nn.DenseGeneral):
-        return _dense_general_term(module, x, d, module.precision)
-    if isinstance(module, nn.Conv):
-        return _conv_term(module, x, d, module.precision)
-    if context.method_name == "attend":
-        return _attend_term(x, d)
-    return _embed_term(x, d)
-
-
-def _int8_call(context, x, w: Int8):
-    """The quantised forward of an ``nn.Dense`` (``None`` for any other layer, which then
-    reads its weight dequantized)."""
-    module = context.module
-    if not isinstance(module, nn.Dense) or w.values.ndim != 2:
-        return None
-    out = quantized.matmul(x, w)
-    if module.use_bias:
-        out = out + module.get_variable("params", "bias").astype(jnp.float32)
-    dtype = module.dtype or jnp.result_type(x, module.param_dtype)
-    return out.astype(jnp.promote_types(dtype, jnp.float32))
-
-
 class _Plan(NamedTuple):
     """What ``apply`` does at each served layer: the ``(layer path, weight name)`` of layers
     that add their factored term (``terms``) and of ``nn.Dense`` layers that run their int8
@@ -274,17 +109,17 @@ def _served(module, variables, params, delta, args, kwargs, method) -> _Plan:
     terms, int8, refused = set(), set(), {}
 
     def record(next_fun, call_args, call_kwargs, context):
-        name = _weight_name(context)
+        name = layer_terms.weight_name(context)
         if name is not None:
             path = tuple(context.module.path)
             d = _at(delta, path + (name,))
             w = _at(params, path + (name,))
             x = call_args[0]
             runs_int8 = is_int8(w) and (d is None or is_factored(d))
-            if runs_int8 and _int8_call(context, x, w) is not None:
+            if runs_int8 and layer_terms.int8_call(context, x, w) is not None:
                 int8.add((path, name))
             if is_factored(d):
-                if _term(context, x, d) is not None:
+                if layer_terms.term(context, x, d) is not None:
                     terms.add((path, name))
                 else:
                     refused[(path, name)] = _why_not(context.module)
@@ -309,7 +144,7 @@ def _why_not(layer) -> str:
     """What keeps a served layer from taking its factored term."""
     kind = type(layer).__name__
     if isinstance(layer, nn.Conv):
-        return f"an nn.{kind} with {conv_unsupported(layer)}"
+        return f"an nn.{kind} with {layer_terms.conv_unsupported(layer)}"
     if isinstance(layer, nn.DenseGeneral):
         return f"an nn.{kind} that contracts other than its inputs' trailing axes"
     return f"an nn.{kind}"
@@ -384,6 +219,7 @@ def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
 
     Example:
       >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> from jaxes.noise.factors import LowRank
       >>> model = nn.Dense(3)
       >>> variables = model.init(jax.random.key(0), jnp.ones(4))
       >>> a, b = jax.random.normal(jax.random.key(1), (2, 4, 1))
@@ -410,18 +246,18 @@ def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
     )
 
     def served_call(next_fun, call_args, call_kwargs, context):
-        at = (tuple(context.module.path), _weight_name(context))
+        at = (tuple(context.module.path), layer_terms.weight_name(context))
         if at not in plan.terms and at not in plan.int8:
             return next_fun(*call_args, **call_kwargs)
         x = call_args[0]
         if at in plan.int8:
-            out = _int8_call(context, x, _at(params, at[0] + (at[1],)))
+            out = layer_terms.int8_call(context, x, _at(params, at[0] + (at[1],)))
         else:
             out = next_fun(*call_args, **call_kwargs)
         if at not in plan.terms:
             return out
         # The term is summed in float32 and the layer's output keeps its own dtype.
-        term = _term(context, x, _at(delta, at[0] + (at[1],)))
+        term = layer_terms.term(context, x, _at(delta, at[0] + (at[1],)))
         return (out.astype(jnp.float32) + term.astype(jnp.float32)).astype(out.dtype)
 
     with nn.intercept_methods(served_call):

@@ -247,18 +247,7 @@ def centre_of_mass(
     if p < 2:
         raise ValueError(f"population: expected at least 2 members, got {p}")
     a, b = _check_dims(dims, dim)
-    values = np.asarray(fitness)
-    if values.shape != (p,):
-        raise ValueError(
-            f"fitness: expected shape ({p},) (one value per member), got {values.shape}"
-        )
-    if shaping is None:
-        if not np.all(np.isfinite(values)):
-            raise ValueError("fitness: weights (shaping=None) must all be finite")
-        weights = values.astype(np.float64)
-    else:
-        weights = np.asarray(shaping_lib.get_shaping(shaping)(jnp.asarray(values)), np.float64)
-    mass = weights - weights.min()
+    mass = _masses(fitness, shaping, p)
 
     delta = x[:, [a, b]] - theta[[a, b]]
     moments = centroid.moments(jnp.asarray(delta, jnp.float32), jnp.asarray(mass, jnp.float32))
@@ -292,6 +281,36 @@ def centre_of_mass(
                 arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 2, "shrinkA": 0},
                 zorder=7,
             )
+    ax.legend(*_legend(), loc="best", fontsize="small", framealpha=0.8)
+    ax.set_xlabel(f"coordinate {a}")
+    ax.set_ylabel(f"coordinate {b}")
+    ax.set_title(title or f"centre of mass, coordinates ({a}, {b})")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.grid(alpha=0.3)
+    if png_path is not None:
+        (fig or ax.figure).savefig(png_path)
+        return png_path
+    return ax
+
+
+def _masses(fitness, shaping, p: int) -> np.ndarray:
+    """The masses ``w_i - min_j w_j`` of ``(P,)`` fitness, shaped as ``centre_of_mass`` says."""
+    values = np.asarray(fitness)
+    if values.shape != (p,):
+        raise ValueError(
+            f"fitness: expected shape ({p},) (one value per member), got {values.shape}"
+        )
+    if shaping is None:
+        if not np.all(np.isfinite(values)):
+            raise ValueError("fitness: weights (shaping=None) must all be finite")
+        weights = values.astype(np.float64)
+    else:
+        weights = np.asarray(shaping_lib.get_shaping(shaping)(jnp.asarray(values)), np.float64)
+    return weights - weights.min()
+
+
+def _legend() -> tuple[list, list[str]]:
+    """The handles and labels of the centre-of-mass picture's legend."""
     handles = [
         Line2D([], [], ls="", marker="o", color="tab:orange", alpha=0.45, ms=10),
         Line2D([], [], ls="", marker="s", color="black"),
@@ -308,13 +327,4 @@ def centre_of_mass(
         "M − θ (from the model)",
         "M − c (from the centroid)",
     ]
-    ax.legend(handles, labels, loc="best", fontsize="small", framealpha=0.8)
-    ax.set_xlabel(f"coordinate {a}")
-    ax.set_ylabel(f"coordinate {b}")
-    ax.set_title(title or f"centre of mass, coordinates ({a}, {b})")
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.grid(alpha=0.3)
-    if png_path is not None:
-        (fig or ax.figure).savefig(png_path)
-        return png_path
-    return ax
+    return handles, labels

@@ -125,6 +125,8 @@ def subspace(
       A ``Strategy`` whose members, centre (``jaxes.centre``) and best member are full
       parameter pytrees (θ₀'s structure and dtypes), and whose state is a ``SubspaceState``.
     """
+    # Longer than 60 lines because the Strategy's methods are closures over the checked
+    # settings and the projection; split apart, each would take them all as arguments.
     dim = check_int("dim", dim, 1)
     if projection not in PROJECTIONS:
         raise ValueError(f"projection: unknown {projection!r}; allowed: {list(PROJECTIONS)}")

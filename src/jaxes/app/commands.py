@@ -10,10 +10,9 @@ import sys
 
 def _loaded(args):
     """The run's config with eval's overrides, its task, the checkpoint step and state."""
-    import dataclasses
-
     from jaxes.app import config as config_lib
     from jaxes.app import train
+    from jaxes.app.build import build
 
     for name in ("episodes", "episode_length"):
         value = getattr(args, name, None)
@@ -28,8 +27,8 @@ def _loaded(args):
     if args.episode_length is not None:
         changes["episode_length"] = args.episode_length
     if changes:
-        config = dataclasses.replace(config, **changes)
-        _, task = config_lib.build(config)
+        config = config.replace(**changes)
+        _, task = build(config)
     return config, task, step, state
 
 
@@ -47,8 +46,8 @@ def eval_command(args) -> int:
     evaluate = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))
     returns = np.asarray(evaluate(*inputs))
     print(
-        f"{config.env}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
-        f"over {config.eval_episodes} episodes of up to {config.episode_length} steps"
+        f"{config.env.name}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
+        f"over {config.env.eval_episodes} episodes of up to {config.env.episode_length} steps"
     )
     return 0
 
@@ -61,14 +60,14 @@ def render_command(args) -> int:
     from jaxes.tasks.brax import render
 
     config, task, step, state = _loaded(args)
-    if presets.is_gymnax(config.env):
+    if presets.is_gymnax(config.env.name):
         raise config_lib.ConfigError(
-            f"render: {config.env} is a gymnax environment; replays are for Brax runs only"
+            f"render: {config.env.name} is a gymnax environment; replays are for Brax runs only"
         )
     path = os.path.join(args.run_dir, "replay.html")
     params = centre(state.strategy_state)
     ret, steps = render.write_replay(
-        task, params, state.task_state, config.episode_length, path, args.seed
+        task, params, state.task_state, config.env.episode_length, path, args.seed
     )
     print(f"wrote {path}: generation {step}, {steps} steps, return {ret:.1f}")
     return 0

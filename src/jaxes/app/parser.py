@@ -8,17 +8,16 @@ errors print one line (``jaxes: error: ...``) and exit with status 2, as every C
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from jaxes.app import config as config_lib
-from jaxes.app import presets
-from jaxes.app.config import TrainConfig
+from jaxes.app import checks, presets
+from jaxes.app.config import FIELDS, UNSET
 from jaxes.app.errors import fail
+from jaxes.strategies import STRATEGIES
 from jaxes.training import checkpoint
 
 # TrainConfig's own defaults, read without building one (that would load the default env,
 # which needs the brax extra, before any command ran).
-FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+FIELD_DEFAULTS = {name: UNSET.get(name) for name in FIELDS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,9 +30,9 @@ def _default_text(field: str) -> str:
         return "the env's preset, see below"
     if field == "fitness_shaping":
         return ", ".join(
-            f"{name} {config_lib.strategy_default(name, field)}"
-            for name in config_lib.STRATEGIES
-            if config_lib.takes(name, field)
+            f"{name} {checks.strategy_default(name, field)}"
+            for name in STRATEGIES
+            if checks.takes(name, field)
         )
     value = FIELD_DEFAULTS[field]
     return "none" if value is None else str(value)
@@ -90,14 +89,14 @@ TRAIN_FLAGS = [
         "physics backend (Brax): generalized, positional, spring or mjx",
     ),
     ("--episode-length", "episode_length", int, "steps per episode"),
-    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(config_lib.STRATEGIES)),
+    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(STRATEGIES)),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
     ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
     (
         "--learning-rate",
         "learning_rate",
         float,
-        f"step size of the mean: {config_lib.LEARNING_RATE_MEANING}",
+        f"step size of the mean: {checks.LEARNING_RATE_MEANING}",
     ),
     ("--l2-coeff", "l2_coeff", float, "L2 penalty on the parameters (open_es)"),
     (

@@ -1,27 +1,31 @@
 """Brax runs from a ``TrainConfig``: train one, load one back, export its policy.
 
-``run`` builds the strategy and task a config describes and hands them to the generic runner
-(``jaxes.training.run``), recording the config as ``config.json``. ``load_run`` and
+``train_config`` builds the strategy and task a config describes and hands them to the
+library's runner (``jaxes.training.run``, for any strategy and task), recording the config as
+``config.json``; ``train_config_seeds`` does so for several seeds at once. ``load_run`` and
 ``load_policy`` read a run directory back (any checkpoint), for evaluation, replays or a
 deployed controller.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import jax
 
 from jaxes import training
-from jaxes.app.config import TrainConfig, build, read_config
+from jaxes.app.build import build
+from jaxes.app.config import TrainConfig, read_config
 from jaxes.step import TrainState
 from jaxes.strategies import centre
 from jaxes.training import checkpoint, rundir
 from jaxes.types import Strategy, Task
 
 
-def run(
+def train_config(
     config: TrainConfig,
     out: str,
     resume: bool = False,
@@ -36,8 +40,8 @@ def run(
 
     Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
       >>> import io
-      >>> config = TrainConfig(episode_length=100, generations=10)
-      >>> summary = run(config, "runs/pendulum", stream=io.StringIO())  # doctest: +SKIP
+      >>> config = TrainConfig.make(episode_length=100, generations=10)
+      >>> summary = train_config(config, "runs/pendulum", stream=io.StringIO())  # doctest: +SKIP
       >>> summary["generations"]  # doctest: +SKIP
       10
     """
@@ -46,7 +50,7 @@ def run(
         strategy,
         task,
         out,
-        seed=config.seed,
+        seed=config.loop.seed,
         resume=resume,
         progress_fn=progress_fn,
         stream=stream,
@@ -55,7 +59,7 @@ def run(
     )
 
 
-def run_seeds(
+def train_config_seeds(
     config: TrainConfig,
     seeds,
     out: str,
@@ -64,13 +68,13 @@ def run_seeds(
     plot: bool = True,
     progress_fn: Callable[[int, dict], Any] | None = None,
 ) -> dict:
-    """``run`` for every seed in ``seeds`` at once, vmapped in one program; writes
+    """``train_config`` for every seed in ``seeds`` at once, vmapped in one program; writes
     ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``training.run_seeds``'s
     summary (median and spread over the seeds).
 
     Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
-      >>> config = TrainConfig(generations=10)
-      >>> summary = run_seeds(config, [0, 1, 2], "runs/p3")  # doctest: +SKIP
+      >>> config = TrainConfig.make(generations=10)
+      >>> summary = train_config_seeds(config, [0, 1, 2], "runs/p3")  # doctest: +SKIP
       >>> len(summary["runs"]), summary["final_eval_return"]["median"] > 0  # doctest: +SKIP
       (3, True)
     """
@@ -90,16 +94,13 @@ def run_seeds(
 
 def _loop_settings(config: TrainConfig) -> dict:
     """What ``training.run`` and ``training.run_seeds`` take from a config, besides the seed."""
+    loop = dataclasses.asdict(config.loop)
+    del loop["seed"]  # run takes it on its own, run_seeds one per seed
     return {
-        "generations": config.generations,
-        "eval_every": config.eval_every,
-        "checkpoint_every": config.checkpoint_every,
-        "devices": config.devices,
-        "timesteps": config.timesteps,
-        "target_return": config.target_return,
+        **loop,
         "config": config.to_dict(),
-        "title": f"{config.strategy} on {config.env} ({config.backend}), "
-        f"P={config.population_size}",
+        "title": f"{config.strategy.name} on {config.env.name} ({config.env.backend}), "
+        f"P={config.strategy.population_size}",
     }
 
 
@@ -113,14 +114,14 @@ def load_run(
       >>> import os, tempfile
       >>> from jaxes.training.checkpoint import Checkpointer
       >>> tmp = tempfile.TemporaryDirectory()
-      >>> config = TrainConfig(population_size=8, policy="linear")
+      >>> config = TrainConfig.make(population_size=8, policy="linear")
       >>> with open(os.path.join(tmp.name, "config.json"), "w") as f:
       ...     _ = f.write(config.to_json())
       >>> ckpt = Checkpointer(rundir.checkpoints_of(tmp.name))
-      >>> ckpt.save(0, training.init_state(*build(config), config.seed))
+      >>> ckpt.save(0, training.init_state(*build(config), config.loop.seed))
       >>> ckpt.close()
       >>> config, strategy, task, step, state = load_run(tmp.name)
-      >>> config.policy, step, int(state.generation)
+      >>> config.env.policy, step, int(state.generation)
       ('linear', 0, 0)
       >>> load_run(tmp.name, checkpoint_step=5)  # doctest: +ELLIPSIS
       Traceback (most recent call last):
@@ -138,7 +139,7 @@ def load_run(
         )
     ckpt = checkpoint.Checkpointer(directory, create=False)
     try:
-        like = training.init_state(strategy, task, config.seed)
+        like = training.init_state(strategy, task, config.loop.seed)
         if checkpoint_step is None:
             step, state, _ = ckpt.restore_newest_readable(like)
         else:
@@ -167,3 +168,20 @@ def load_policy(out: str, checkpoint_step: int | None = None) -> Callable[[jax.A
         return task.act(params, obs, task_state)
 
     return jax.jit(act)
+
+
+# Renamed so that "run" means one thing, the library's runner (``jaxes.training.run``); the
+# old names warn until 2027-06-01 and then go.
+_RENAMED = {"run": "train_config", "run_seeds": "train_config_seeds"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        warnings.warn(
+            f"jaxes.app.train.{name} is now jaxes.app.train.{_RENAMED[name]}; the old name "
+            "goes after 2027-06-01",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,13 +46,13 @@ def train_command(args) -> int:
         saved = read_config(path).to_dict()
         config = TrainConfig.from_dict({**saved, **given}, "flags")
     else:
-        config = TrainConfig(**given, **({"seed": seeds[0]} if seeds else {}))
-    out = args.out if args.out is not None else rundir.default_out(config.env)
+        config = TrainConfig.make(**given, **({"seed": seeds[0]} if seeds else {}))
+    out = args.out if args.out is not None else rundir.default_out(config.env.name)
     RUN_DIR[0] = out
     if seeds is None:
-        summary = train.run(config, out, resume=args.resume)
+        summary = train.train_config(config, out, resume=args.resume)
     else:
-        summary = train.run_seeds(config, seeds, out, resume=args.resume)
+        summary = train.train_config_seeds(config, seeds, out, resume=args.resume)
     if jax.process_index() == 0:  # process 0 reports for everyone
         _print_result(summary, seeds, out)
     return 0

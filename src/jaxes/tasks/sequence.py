@@ -211,6 +211,8 @@ def sequence_task(
         reward each (``None``: the pool).
       chunk_size: members evaluated at once (``None``: the strategy's memory-budget choice).
     """
+    # Longer than 60 lines because the Task's methods are closures over the model, the
+    # prompts and the checked settings; split apart, each would take them all as arguments.
     prompts = _check_prompts("prompts", prompts)
     eval_prompts = prompts if eval_prompts is None else _check_prompts("eval_prompts", eval_prompts)
     steps = check_int("steps", steps, 1)

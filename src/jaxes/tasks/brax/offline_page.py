@@ -55,6 +55,23 @@ def _embedded(url: str, what: str, rewrite=lambda source: source) -> str:
     return "data:text/javascript;base64," + base64.b64encode(source.encode()).decode("ascii")
 
 
+def _remote_imports(maps: list[str]) -> dict:
+    """The page's import map (``maps``: at most one), each remote entry checked to have a
+    shipped copy."""
+    if len(maps) > 1:
+        raise ValueError(f"self_contained: expected at most one import map, found {len(maps)}")
+    remote = json.loads(maps[0]) if maps else {"imports": {}}
+    if set(remote) != {"imports"}:
+        raise ValueError(f"self_contained: unrecognised import map keys {sorted(remote)}")
+    remote = remote["imports"]
+    for spec, url in remote.items():
+        # A "dir/" entry maps a whole folder; only the files imported from it need shipping.
+        folder = url.endswith("/") and any(u.startswith(url) for u in _SHIPPED)
+        if not (url in _SHIPPED or folder or url.startswith("data:")):
+            raise ValueError(f"self_contained: no shipped copy of {url!r} (import map {spec!r})")
+    return remote
+
+
 def self_contained(page: str) -> str:
     """``page`` (from ``brax.io.html.render``) with its CDN scripts and imports embedded.
 
@@ -73,17 +90,7 @@ def self_contained(page: str) -> str:
       ValueError: self_contained: no shipped copy of 'https://example.com/x.js' (a script src)
     """
     maps = _IMPORTMAP.findall(page)
-    if len(maps) > 1:
-        raise ValueError(f"self_contained: expected at most one import map, found {len(maps)}")
-    remote = json.loads(maps[0]) if maps else {"imports": {}}
-    if set(remote) != {"imports"}:
-        raise ValueError(f"self_contained: unrecognised import map keys {sorted(remote)}")
-    remote = remote["imports"]
-    for spec, url in remote.items():
-        # A "dir/" entry maps a whole folder; only the files imported from it need shipping.
-        folder = url.endswith("/") and any(u.startswith(url) for u in _SHIPPED)
-        if not (url in _SHIPPED or folder or url.startswith("data:")):
-            raise ValueError(f"self_contained: no shipped copy of {url!r} (import map {spec!r})")
+    remote = _remote_imports(maps)
 
     def resolve(spec: str, base: str | None) -> str | None:
         """The remote URL ``spec`` names when imported from ``base``; None if not remote."""

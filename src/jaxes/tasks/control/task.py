@@ -100,6 +100,8 @@ def control_task(
       Where the policy is a flax module, ``evaluate_factored(key, centre, deltas, state)``
       evaluates members from the centre and their displacements, factored where they are.
     """
+    # Longer than 60 lines because the Task's methods are closures over the checked
+    # settings and the rollout; split apart, each would take them all as arguments.
     check_counts(
         episode_length=episode_length,
         episodes_per_member=episodes_per_member,

@@ -1,0 +1,99 @@
+"""The strategy and the task a ``TrainConfig`` describes (``build``)."""
+
+from __future__ import annotations
+
+import jax
+
+from jaxes import noise as noise_lib
+from jaxes import subspace as subspace_lib
+from jaxes import trees
+from jaxes.app import presets
+from jaxes.app.checks import ConfigError, takes
+from jaxes.app.config import EnvConfig, StrategyConfig, TrainConfig
+from jaxes.strategies import STRATEGIES
+from jaxes.tasks import brax as brax_tasks
+from jaxes.types import Strategy, Task
+
+# Settings a strategy factory may take; each is passed only to the factories that have it.
+STRATEGY_SETTINGS = ("sigma", "learning_rate", "l2_coeff", "fitness_shaping", "noise")
+
+
+def build(config: TrainConfig) -> tuple[Strategy, Task]:
+    """The strategy and the Brax (or gymnax) task a config describes (errors name the bad
+    setting).
+
+    Building compiles nothing (the observation size comes from a traced reset).
+
+    Example:
+      >>> strategy, task = build(TrainConfig.make(strategy="pgpe", population_size=8))
+      >>> strategy.population_size, type(task.env).__name__
+      (8, 'InvertedPendulum')
+      >>> build(TrainConfig.make(population_size=7))  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.app.checks.ConfigError: open_es: population_size: antithetic pairs need an even ...
+    """
+    task = _task(config.env)
+    strategy = _strategy(config.strategy)
+    if config.strategy.subspace_dim is not None:
+        strategy = _in_subspace(strategy, task, config.strategy)
+    return strategy, task
+
+
+def _strategy(config: StrategyConfig) -> Strategy:
+    """The strategy of a config, with each setting its factory takes."""
+    settings = {
+        name: getattr(config, name)
+        for name in STRATEGY_SETTINGS
+        if getattr(config, name) is not None and takes(config.name, name)
+    }
+    if settings.get("noise") == "lowrank":
+        settings["noise"] = noise_lib.lowrank(config.noise_rank)
+    try:
+        return STRATEGIES[config.name](config.population_size, **settings)
+    except ValueError as err:
+        raise ConfigError(f"{config.name}: {err}") from err
+
+
+def _in_subspace(strategy: Strategy, task: Task, config: StrategyConfig) -> Strategy:
+    """``strategy`` searching a random ``subspace_dim``-dimensional subspace of the policy's
+    parameters (``jaxes.subspace``), checked against the policy's size before anything runs."""
+    size = trees.num_params(jax.eval_shape(task.init_params, jax.random.key(0)))
+    if config.subspace_dim > size:
+        raise ConfigError(
+            f"subspace_dim: {config.subspace_dim} is more than the policy's {size} parameters; "
+            f"use 1 to {size}"
+        )
+    return subspace_lib.subspace(strategy, config.subspace_dim, config.subspace_projection)
+
+
+def _task(config: EnvConfig) -> Task:
+    """The Brax or gymnax task of an env config."""
+    shared = {
+        "episodes_per_member": config.episodes_per_member,
+        "eval_episodes": config.eval_episodes,
+        "action_repeat": config.action_repeat,
+        "normalize_observations": config.normalize_observations,
+        "reference_size": config.vbn_reference_size,
+    }
+    if presets.is_gymnax(config.name):
+        from jaxes.tasks.gymnax import gymnax_task
+
+        try:
+            return gymnax_task(
+                config.name,
+                config.policy,
+                config.hidden_sizes,
+                episode_length=config.episode_length,
+                **shared,
+            )
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    return brax_tasks.brax_task(
+        config.name,
+        config.backend,
+        config.episode_length,
+        config.policy,
+        config.hidden_sizes,
+        **shared,
+    )

@@ -1,0 +1,183 @@
+"""The small functions that check each part of a ``TrainConfig`` (``jaxes.app.config``), and
+what they share: which settings a strategy's factory takes, and its defaults."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+from jaxes import shaping
+from jaxes import subspace as subspace_lib
+from jaxes.app import presets
+from jaxes.noise import NOISE_SOURCES
+from jaxes.strategies import STRATEGIES
+from jaxes.tasks.brax import envs as brax_envs
+from jaxes.training.settings import check_loop, check_stops
+
+LEARNING_RATE_MEANING = (
+    "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
+)
+POLICIES = ("linear", "mlp", "vbn_mlp")
+# A gymnax env (jaxes.tasks.gymnax) also takes MinAtar's conv networks.
+GYMNAX_POLICIES = ("linear", "mlp", "vbn_mlp", "conv", "vbn_conv")
+
+
+def strategy_default(strategy: str, setting: str):
+    """A strategy factory's own default for one of its settings: the CLI and
+    ``TrainConfig`` use the Python defaults, so there is one place to change them.
+
+    Example:
+      >>> strategy_default("open_es", "sigma"), strategy_default("snes", "learning_rate")
+      (0.05, 1.0)
+    """
+    return inspect.signature(STRATEGIES[strategy]).parameters[setting].default
+
+
+class ConfigError(ValueError):
+    """A training setting is invalid; the message names it and what is allowed."""
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def takes(strategy: str, setting: str) -> bool:
+    """Whether the factory of ``strategy`` has the keyword ``setting``.
+
+    Example:
+      >>> takes("open_es", "l2_coeff"), takes("ars", "fitness_shaping")
+      (True, False)
+    """
+    return setting in inspect.signature(STRATEGIES[strategy]).parameters
+
+
+def _takers(setting: str) -> list[str]:
+    return [name for name in STRATEGIES if takes(name, setting)]
+
+
+def check_number(name: str, value, low: float, inclusive: bool) -> float:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= low if inclusive else value > low)
+    )
+    if not ok:
+        bound = f">= {low:g}" if inclusive else f"> {low:g}"
+        raise ConfigError(f"{name}: expected a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def check_env_config(config) -> None:
+    """The env's settings: counts >= 1, a policy the env's family plays, and an env that
+    exists (Brax with its backend; gymnax with spaces a gymnax task plays)."""
+    gymnax = presets.is_gymnax(config.name)
+    for name in (
+        "episode_length",
+        "episodes_per_member",
+        "eval_episodes",
+        "action_repeat",
+        "vbn_reference_size",
+    ):
+        value = getattr(config, name)
+        if not is_int(value) or value < 1:
+            raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+    for name in ("backend", "policy"):
+        if not isinstance(getattr(config, name), str):
+            raise ConfigError(f"{name}: expected a string, got {getattr(config, name)!r}")
+    policies = GYMNAX_POLICIES if gymnax else POLICIES
+    if config.policy not in policies:
+        raise ConfigError(f"policy: unknown {config.policy!r}; allowed: {list(policies)}")
+    sizes = config.hidden_sizes
+    if not isinstance(sizes, tuple) or not all(is_int(s) and s >= 1 for s in sizes):
+        raise ConfigError(f"hidden_sizes: expected a list of ints >= 1, got {sizes!r}")
+    if not isinstance(config.normalize_observations, bool):
+        raise ConfigError(
+            f"normalize_observations: expected true or false, got {config.normalize_observations!r}"
+        )
+    if gymnax:
+        _check_gymnax_env(config.name, config.backend)
+        return
+    try:
+        brax_envs.check_env(config.name, config.backend)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_loop_config(config) -> None:
+    """The loop's settings, with the runner's own checks (``jaxes.training.settings``)."""
+    try:
+        check_loop(
+            config.generations,
+            config.seed,
+            config.eval_every,
+            config.checkpoint_every,
+            config.devices,
+        )
+        check_stops(config.timesteps, config.target_return)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_strategy_config(config) -> None:
+    """The strategy's settings: each one it takes in range, none it does not take."""
+    if config.name not in STRATEGIES:
+        raise ConfigError(f"strategy: unknown {config.name!r}; allowed: {sorted(STRATEGIES)}")
+    if not is_int(config.population_size) or config.population_size < 2:
+        raise ConfigError(f"population_size: expected an int >= 2, got {config.population_size!r}")
+    if not is_int(config.noise_rank) or config.noise_rank < 1:
+        raise ConfigError(f"noise_rank: expected an int >= 1, got {config.noise_rank!r}")
+    for name in ("noise", "subspace_projection"):
+        if not isinstance(getattr(config, name), str):
+            raise ConfigError(f"{name}: expected a string, got {getattr(config, name)!r}")
+    dim = config.subspace_dim
+    if dim is not None and (not is_int(dim) or dim < 1):
+        raise ConfigError(f"subspace_dim: expected an int >= 1 (or unset), got {dim!r}")
+    if config.subspace_projection not in subspace_lib.PROJECTIONS:
+        raise ConfigError(
+            f"subspace_projection: unknown {config.subspace_projection!r}; allowed: "
+            f"{list(subspace_lib.PROJECTIONS)}"
+        )
+    for name in ("sigma", "learning_rate"):
+        check_number(name, getattr(config, name), 0, False)
+    for name in ("l2_coeff", "fitness_shaping"):
+        if getattr(config, name) is not None and not takes(config.name, name):
+            raise ConfigError(
+                f"{name}: {config.name} has no {name} setting; strategies with one: {_takers(name)}"
+            )
+    if config.l2_coeff is not None:
+        check_number("l2_coeff", config.l2_coeff, 0, True)
+    shapings = sorted(shaping.SHAPINGS)
+    if config.fitness_shaping is not None and config.fitness_shaping not in shapings:
+        raise ConfigError(
+            f"fitness_shaping: unknown {config.fitness_shaping!r}; allowed: {shapings}"
+        )
+    if config.noise not in NOISE_SOURCES:
+        raise ConfigError(f"noise: unknown {config.noise!r}; allowed: {list(NOISE_SOURCES)}")
+
+
+def gymnax_episode_length(env: str) -> int:
+    """gymnax's own time limit of ``env`` (or a ``ConfigError`` if gymnax cannot build it)."""
+    from jaxes.tasks.gymnax import envs as gymnax_envs
+
+    try:
+        return int(gymnax_envs.load_env(env)[1].max_steps_in_episode)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_gymnax_env(env: str, backend: str) -> None:
+    """A gymnax env: no physics backend, and spaces a gymnax task plays."""
+    from jaxes.tasks.gymnax import envs as gymnax_envs
+
+    if backend != "gymnax":
+        raise ConfigError(
+            f"backend: {env} is a gymnax environment, which has no physics backend; leave "
+            f"--backend out (got {backend!r})"
+        )
+    try:
+        loaded = gymnax_envs.load_env(env)
+        gymnax_envs.action_spec(env, *loaded)
+        gymnax_envs.observation_spec(env, *loaded)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
