@@ -629,7 +629,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run_merge(args, argv) -> None:
     """One results file of several sittings' games, each summary recomputed from its seeds'
     stored curves (the machine of the first file; every file's is kept)."""
-    files = [json.loads(path.read_text()) for path in args.merge]
+    files = []
+    for path in args.merge:
+        try:
+            files.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--merge: cannot read {path} ({err})") from None
     games = []
     for data in files:
         for g in data["games"]:

@@ -98,3 +98,12 @@ def test_the_table_reads_each_checkpoint_and_the_previous_tables_wall_clock(tmp_
     merged = json.loads(out.read_text())
     assert [g["game"] for g in merged["games"]] == ["Asterix", "Breakout"]
     assert merged["machine"]["merged_from"] == files
+
+
+def test_merge_names_an_unreadable_file(tmp_path):
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text("{not json")
+    for path in (damaged, tmp_path / "missing.json"):
+        args = minatar.parse_args(["--merge", str(path), "--out", str(tmp_path / "o.json")])
+        with pytest.raises(SystemExit, match=f"--merge: cannot read {path}"):
+            minatar.run_merge(args, [])
