@@ -133,7 +133,7 @@ def _es_program(method: Method, model: Transformer, train_prompts, stretch: int)
         partial(init_params, model),
         train_prompts,
         reward_fn(stretch),
-        countdown.answer_len(stretch),
+        countdown.answer_len(stretch, countdown.numbers_of(train_prompts)),
         batch_size=method.batch,
     )
     if method.quantize:
@@ -162,7 +162,7 @@ def _es_program(method: Method, model: Transformer, train_prompts, stretch: int)
 
 def _grpo_program(method: Method, model: Transformer, train_prompts, stretch: int):
     """GRPO's ``(init, block, centre, master)`` like ``_es_program``'s."""
-    steps = countdown.answer_len(stretch)
+    steps = countdown.answer_len(stretch, countdown.numbers_of(train_prompts))
     opt = optax.adam(method.learning_rate)
     rewards = reward_fn(stretch)
     tp = train_prompts.shape[1]
@@ -294,9 +294,14 @@ def relative_change(before, after) -> float:
     return float(sum(jax.tree.leaves(moved)) / sum(jax.tree.leaves(norm))) ** 0.5
 
 
-def problems(seed: int = 0) -> tuple[jax.Array, jax.Array]:
-    """The train and held-out prompts (``countdown.split``)."""
-    train, test = countdown.split(seed)
+def problems(seed: int = 0, numbers: int = 2) -> tuple[jax.Array, jax.Array]:
+    """The train and held-out prompts (``countdown.split``): with two numbers, the split drawn
+    with ``seed``; with three, the fixed split of ``countdown.TEST_PROBLEMS`` held-out problems
+    (seed 0), the one pre-training avoids, whatever ``seed`` the runs use."""
+    if numbers == 2:
+        train, test = countdown.split(seed)
+    else:
+        train, test = countdown.split(0, numbers=numbers, test_size=countdown.TEST_PROBLEMS)
     return countdown.prompts_of(train), countdown.prompts_of(test)
 
 
@@ -308,10 +313,12 @@ def compare(
     *,
     stretch: int = 1,
     seed: int = 0,
+    numbers: int = 2,
     verbose: bool = False,
 ) -> dict[str, dict]:
-    """Every method fine-tuned from ``params`` for ``seconds`` of training each."""
-    train_prompts, test_prompts = problems(seed)
+    """Every method fine-tuned from ``params`` for ``seconds`` of training each, on the game
+    with ``numbers`` numbers (``problems``)."""
+    train_prompts, test_prompts = problems(seed, numbers)
     results = {}
     for name, method in methods.items():
         if verbose:

@@ -2,7 +2,7 @@
 
 The model is ``jaxes.tasks.transformer.Transformer`` (``Setup`` sizes it for the task's
 vocabulary and lengths); ``pretrain`` runs Adam on the arithmetic corpus
-(``problems.corpus``: equations and the answer format, never which expression reaches a
+(``corpus.corpus``: equations and the answer format, never which expression reaches a
 target), masked next-token cross-entropy. ``greedy``, ``arithmetic_accuracy`` and
 ``accuracy`` measure a model by greedy decoding (``jaxes.tasks.sequence.generate``).
 ``jaxes_examples.countdown.finetune`` fine-tunes what this module pre-trains.
@@ -11,8 +11,12 @@ target), masked next-token cross-entropy. ``greedy``, ``arithmetic_accuracy`` an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 import time
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +29,7 @@ from jaxes.training import compilation
 
 # As ``countdown``: its name in finetune (where ``problems`` is a function) and notebook 10.
 from . import problems as countdown
+from .corpus import all_equations, corpus, equations_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,16 +51,18 @@ class Setup:
     corpus_size: int = 20_000
     stretch: int = 1
     seed: int = 0
+    numbers: int = 2
 
     def model(self) -> Transformer:
-        max_len = countdown.PROMPT_LEN + countdown.answer_len(self.stretch)
+        n = self.numbers
+        max_len = countdown.prompt_len(n) + countdown.answer_len(self.stretch, n)
         return Transformer(
             vocab=countdown.VOCAB,
             d_model=self.d_model,
             heads=self.heads,
             layers=self.layers,
             mlp=self.mlp,
-            max_len=max(max_len, countdown.EQUATION_LEN),
+            max_len=max(max_len, countdown.equation_len(n)),
         )
 
 
@@ -75,7 +82,7 @@ def token_loss(model: Transformer, params, tokens, mask) -> jax.Array:
 
 
 def pretrain(setup: Setup, verbose: bool = False) -> dict:
-    """Adam on ``countdown.corpus``; returns ``params``, ``loss`` (the last 100 steps' mean),
+    """Adam on ``corpus``; returns ``params``, ``loss`` (the last 100 steps' mean),
     ``seconds`` (without the compile) and ``compile_seconds``.
 
     Example:
@@ -85,7 +92,7 @@ def pretrain(setup: Setup, verbose: bool = False) -> dict:
       (['block_0', 'embed'], True)
     """
     model = setup.model()
-    tokens, mask = countdown.corpus(setup.seed, setup.corpus_size, setup.stretch)
+    tokens, mask = corpus(setup.seed, setup.corpus_size, setup.stretch, setup.numbers)
     init_key, run_key = jax.random.split(jax.random.key(setup.seed))
     params = init_params(model, init_key)
     schedule = optax.warmup_cosine_decay_schedule(
@@ -123,6 +130,64 @@ def pretrain(setup: Setup, verbose: bool = False) -> dict:
     }
 
 
+# ---------------------------------------------------------------- the cache
+
+# Bump when the corpus, the model or the training loop changes what a Setup pre-trains.
+CACHE_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where pre-trained params are kept: ``$JAXES_PRETRAINED_DIR``, else
+    ``~/.cache/jaxes/pretrained`` (beside the compile cache, ``~/.cache/jaxes/xla``)."""
+    default = Path.home() / ".cache" / "jaxes" / "pretrained"
+    return Path(os.environ.get("JAXES_PRETRAINED_DIR", default))
+
+
+def cache_path(setup: Setup, directory: Path | None = None) -> Path:
+    """The file of ``setup``'s pre-trained params: named by a hash of every field of the
+    setup and ``CACHE_VERSION``, so another setup never reads it.
+
+    Example:
+      >>> a, b = cache_path(Setup(), Path("c")), cache_path(Setup(seed=1), Path("c"))
+      >>> a.parent.name, a.suffix, a != b
+      ('c', '.msgpack', True)
+    """
+    fields = json.dumps({**dataclasses.asdict(setup), "version": CACHE_VERSION}, sort_keys=True)
+    digest = hashlib.sha256(fields.encode()).hexdigest()[:16]
+    d_model, layers = setup.d_model, setup.layers
+    name = f"countdown{setup.numbers}-d{d_model}-l{layers}-{digest}.msgpack"
+    return (cache_dir() if directory is None else directory) / name
+
+
+def pretrained(setup: Setup, rebuild: bool = False, verbose: bool = False) -> dict:
+    """``pretrain(setup)``'s params, read from ``cache_path(setup)`` when they are there (and
+    ``rebuild`` is false), else pre-trained and written there (through a temporary file, so an
+    interrupted write leaves no damaged file). Returns ``{"params", "path", "cached"}``, and
+    ``pretrain``'s ``loss`` and ``seconds`` when it ran. An unreadable file is pre-trained
+    again and replaced."""
+    from flax import serialization
+
+    path = cache_path(setup)
+    model = setup.model()
+    if path.exists() and not rebuild:
+        like = init_params(model, jax.random.key(0))
+        try:
+            params = serialization.from_bytes(like, path.read_bytes())
+            if verbose:
+                print(f"  pre-trained params read from {path}")
+            return {"params": params, "path": path, "cached": True}
+        except (ValueError, KeyError, TypeError) as err:
+            print(f"  {path} cannot be read ({type(err).__name__}); pre-training again")
+    out = pretrain(setup, verbose=verbose)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial_path = path.with_name(path.name + f".{os.getpid()}.tmp")
+    partial_path.write_bytes(serialization.to_bytes(out["params"]))
+    os.replace(partial_path, path)
+    if verbose:
+        print(f"  pre-trained params written to {path}")
+    return {**out, "path": path, "cached": False}
+
+
 # ---------------------------------------------------------------- measuring a model
 
 
@@ -146,12 +211,13 @@ def greedy(model: Transformer, params, prompts: jax.Array, steps: int, quantize=
 def arithmetic_accuracy(model: Transformer, params) -> jax.Array:
     """The fraction of the corpus's 255 equations ``x op y =`` whose two result digits the
     model writes right (greedy)."""
-    prompts, answers = countdown.equations_of(countdown.all_equations())
+    prompts, answers = equations_of(all_equations())
     tokens = greedy(model, params, prompts, 2)
     return jnp.mean(jnp.all(tokens == answers, axis=1))
 
 
 def accuracy(model: Transformer, params, prompts, stretch: int = 1, quantize=False):
     """Exact answers (greedy decoding) on ``prompts``, a fraction."""
-    tokens = greedy(model, params, prompts, countdown.answer_len(stretch), quantize)
+    steps = countdown.answer_len(stretch, countdown.numbers_of(prompts))
+    tokens = greedy(model, params, prompts, steps, quantize)
     return jnp.mean(countdown.reward(prompts, tokens, stretch))
