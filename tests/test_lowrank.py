@@ -134,6 +134,77 @@ def test_tell_sums_factors_as_the_materialised_noise_does(antithetic, budget):
     assert max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(want)) > 0.1
 
 
+def bf16(tree):
+    return jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+def test_a_mixed_bf16_tree_sums_its_factors_and_the_rounded_leaves_realised_steps(antithetic):
+    # bfloat16 matrices with factored noise (members round(θ) + δ, not rounded) beside
+    # bfloat16 biases (members rounded): the matrices' sums are contracted from the factors,
+    # the biases' are the displacements their members really had, as dense noise gives.
+    src = lowrank(2)
+    kw = dict(population_size=10, antithetic=antithetic)
+    factored_sums = Perturbations(src, **kw)
+    dense_sums = Perturbations(src._replace(factors=None, combine=None), **kw)
+    params = bf16(jax.tree.map(lambda x: x + 0.37, LIKE))
+    dtypes = factored_sums.member_dtypes(None, params, None)
+    coeffs = jax.random.normal(jax.random.key(2), (2, 10)).at[1].set(1.0)
+    args = (None, jax.random.key(1), jax.tree.map(lambda x: x.astype(jnp.float32), params), 0.3)
+    got, _ = factored_sums.moments(*args, coeffs, None, params, paired_rows=(1,))
+    want, _ = dense_sums.moments(*args, coeffs, None, dtypes)
+    assert max_diff(got[0], want[0]) < 1e-5
+    if antithetic:
+        # Row 1 (ones, paired) is exactly zero for the matrices, and the biases' realised one.
+        assert all(float(jnp.max(jnp.abs(got[1][k]["kernel"]))) == 0.0 for k in ("dense", "out"))
+        assert float(jnp.max(jnp.abs(got[1]["stack"]))) == 0.0
+    for k in ("dense", "out"):
+        np.testing.assert_array_equal(got[1][k]["bias"], want[1][k]["bias"])
+
+
+@pytest.mark.parametrize(
+    "noise, cast", [("gaussian", bf16), ("gaussian", lambda t: t), (lowrank(2), lambda t: t)]
+)
+def test_paired_rows_change_nothing_where_every_leaf_is_rounded_or_none_is(noise, cast):
+    # Per-leaf rounding against the tree-wide rule it replaces: with every leaf rounded
+    # (bfloat16, dense noise) the ones row is summed for all, bit for bit; with none rounded
+    # (float32) it is exactly zero and the mass row is as summed alone.
+    src = jaxes.noise.gaussian() if noise == "gaussian" else noise
+    pert = Perturbations(src, population_size=10, antithetic=True)
+    params = cast(jax.tree.map(lambda x: x + 0.37, LIKE))
+    master = jax.tree.map(lambda x: x.astype(jnp.float32), params)
+    mass = jax.random.uniform(jax.random.key(3), (10,))
+    both = jnp.stack([mass, jnp.ones(10)])
+    args = (None, jax.random.key(1), master, 0.3)
+    got, _ = jax.jit(lambda: pert.moments(*args, both, None, params, paired_rows=(1,)))()
+    rounded = any(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
+    if rounded:
+        want, _ = jax.jit(lambda: pert.moments(*args, both, None, params))()
+    else:
+        alone, _ = jax.jit(lambda: pert.moments(*args, mass[None], None, params))()
+        want = [alone[0], jax.tree.map(jnp.zeros_like, alone[0])]
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_a_mixed_bf16_tree_tells_with_the_scratch_of_its_matrices_alone():
+    # A bfloat16 bias beside a bfloat16 low-rank matrix used to make the whole tree
+    # "rounded": every leaf rebuilt dense with a second running sum (Σ δ_i). Decided per
+    # leaf, the matrix keeps its factored sum, so the bias adds next to nothing.
+    es = jaxes.open_es(64, 0.1, noise=jaxes.noise.lowrank(1), track_best=False)
+
+    def scratch(params):
+        state = es.init(jax.random.key(0), params)
+        _, state = es.ask(jax.random.key(1), state)
+        lowered = jax.jit(es.tell, donate_argnums=0).lower(state, jnp.arange(64.0))
+        return lowered.compile().memory_analysis().temp_size_in_bytes
+
+    matrix = jnp.zeros((512, 512), jnp.bfloat16)
+    alone = scratch({"w": matrix})
+    mixed = scratch({"w": matrix, "b": jnp.zeros(512, jnp.bfloat16)})
+    assert mixed < alone + 512 * 512  # a quarter of the matrix's float32 bytes
+
+
 def factored_tell_scratch(population_size):
     """Bytes of scratch XLA plans for the factored, donated tell of a 512 x 512 matrix."""
     es = jaxes.open_es(population_size, 0.1, noise=jaxes.noise.lowrank(1), track_best=False)

@@ -95,11 +95,27 @@ def fused_sums(c: jax.Array, eps: list) -> list[jax.Array]:
     return [sum(c[k, b] * eps[b] for b in range(len(eps))) for k in range(c.shape[0])]
 
 
-def factored_sums(combine: Callable, factors_of: Callable, c: jax.Array, start, batch: int):
-    """Per leaf, ``[Σ_b c[k, b] ε_b]`` of bases ``start ..`` from their factors
-    (``factors_of(j)``: base ``j``'s leaves), contracted by the source's ``combine``."""
-    stacked = jax.vmap(factors_of)(start + jnp.arange(batch))
-    return [[combine(c, f)] for f in stacked]
+def factored_sums(combine: Callable, stacked: list, leaves, chunk, kept: list) -> list:
+    """Per leaf, the chunk's first-moment sums from its factors stacked over bases (``stacked``:
+    one entry per leaf), contracted by the source's ``combine`` (``kept``: the rows summed for
+    leaves not rounded); a rounded leaf (its noise is dense) sums the displacement its members
+    really had."""
+    out = []
+    for f, x, s, r, t in zip(
+        stacked, leaves.values, leaves.sigma, leaves.rounded, leaves.dtypes, strict=True
+    ):
+        if r:
+            out.append(rounded_sums(chunk, x, s, f, t, dot_sums))
+        else:
+            out.append([combine(_take(chunk.folded[0], kept), f)])
+    return out
+
+
+def _take(c: jax.Array, kept: list) -> jax.Array:
+    """Rows ``kept`` of the coefficients ``c`` (``c`` itself when every row is kept)."""
+    if len(kept) == c.shape[0]:
+        return c
+    return jnp.stack([c[k] for k in kept])
 
 
 def _per_base(fn, eps):
@@ -153,8 +169,9 @@ def _draw(base_of: Callable, start, batch: int, fused: bool):
     return [list(leaf) for leaf in zip(*draws, strict=True)]
 
 
-def _dense_sums(chunk: _Rows, leaves: _Leaves, eps: list, weighted: Callable) -> list:
-    """Per leaf, the chunk's sums from its dense noise ``eps`` (one entry per leaf)."""
+def _dense_sums(chunk: _Rows, leaves: _Leaves, eps: list, weighted: Callable, kept) -> list:
+    """Per leaf, the chunk's sums from its dense noise ``eps`` (one entry per leaf); a leaf not
+    rounded sums only the ``kept`` first-moment rows."""
     sums = []
     for x, s, e, r, t in zip(
         leaves.values, leaves.sigma, eps, leaves.rounded, leaves.dtypes, strict=True
@@ -162,7 +179,8 @@ def _dense_sums(chunk: _Rows, leaves: _Leaves, eps: list, weighted: Callable) ->
         if r:
             sums.append(rounded_sums(chunk, x, s, e, t, weighted))
         else:
-            sums.append(nominal_sums(chunk.folded, e, weighted))
+            folded = [_take(chunk.folded[0], kept), *chunk.folded[1:]]
+            sums.append(nominal_sums(folded, e, weighted))
     return sums
 
 
@@ -190,13 +208,19 @@ def _leaves_of(params: Params, sigma, dtypes: Params, coeff_dtype) -> _Leaves:
     return _Leaves(values, treedef, sig, rounded, out_dtypes, acc)
 
 
-def _sum_chunks(chunk_sums: Callable, n_chunks: int, batch: int, leaves: _Leaves, rows: _Rows):
-    """Every chunk's sums added up: one chunk as it is, more in a scan of running sums."""
+def _sum_chunks(
+    chunk_sums: Callable, n_chunks: int, batch: int, leaves: _Leaves, rows: _Rows, kept: list
+):
+    """Every chunk's sums added up: one chunk as it is, more in a scan of running sums (a leaf
+    not rounded carries only the ``kept`` first-moment rows)."""
     if n_chunks == 1:
         return chunk_sums(0)
     zeros = [
-        [[jnp.zeros(jnp.shape(x), a)] * c.shape[0] for c in rows.folded]
-        for x, a in zip(leaves.values, leaves.acc, strict=True)
+        [
+            [jnp.zeros(jnp.shape(x), a)] * (len(kept) if kind == 0 and not r else c.shape[0])
+            for kind, c in enumerate(rows.folded)
+        ]
+        for x, a, r in zip(leaves.values, leaves.acc, leaves.rounded, strict=True)
     ]
 
     def body(acc, start):
@@ -206,16 +230,21 @@ def _sum_chunks(chunk_sums: Callable, n_chunks: int, batch: int, leaves: _Leaves
     return total
 
 
-def _scaled(total: list, leaves: _Leaves, kind: int, k: int) -> Params:
+def _scaled(total: list, leaves: _Leaves, kind: int, k: int, kept: list) -> Params:
     """Row ``k`` of moment ``kind`` as a pytree: nominal leaves summed ε, so they are scaled by
-    σ (σ² for squares) once, here; rounded ones summed their realised displacement."""
+    σ (σ² for squares) once, here; rounded ones summed their realised displacement. A first
+    moment row a nominal leaf did not sum (not in ``kept``) is exactly zero."""
     row = []
     for parts, s, r, x, a in zip(
         total, leaves.sigma, leaves.rounded, leaves.values, leaves.acc, strict=True
     ):
+        if kind == 0 and not r and k not in kept:
+            row.append(jnp.zeros(jnp.shape(x), master_dtype(x.dtype)))
+            continue
         scale = jnp.asarray(1.0 if r else s, a)
         scale = scale if kind == 0 or r else jnp.square(scale)
-        row.append((parts[kind][k] * scale).astype(master_dtype(x.dtype)))
+        at = kept.index(k) if kind == 0 and not r else k
+        row.append((parts[kind][at] * scale).astype(master_dtype(x.dtype)))
     return leaves.treedef.unflatten(row)
 
 
@@ -228,6 +257,7 @@ def moments(
     coeffs: jax.Array,
     square_coeffs: jax.Array | None = None,
     dtypes: Params | None = None,
+    paired_rows: tuple[int, ...] = (),
 ) -> tuple[list[Params], list[Params] | None]:
     """``Perturbations.moments`` for the recipe ``recipe`` (a ``Perturbations``): see there."""
     # A narrow leaf whose member is round(θ) + δ (factored noise) sums its nominal δ.
@@ -237,11 +267,16 @@ def moments(
         groups.append(check_coeffs(square_coeffs, recipe.population_size))
     rows = _split_rows(groups, recipe.antithetic)
     leaves = _leaves_of(params, sigma, dtypes, groups[0].dtype)
+    # Rounding is decided per leaf: a leaf whose members were not rounded folds a pair's
+    # equal coefficients to exactly zero, so it sums no paired row at all.
+    paired = set(paired_rows) if recipe.antithetic else set()
+    kept = [k for k in range(groups[0].shape[0]) if k not in paired]
     n = recipe.num_base
     squares = square_coeffs is not None
-    # Factors are summed as they are (one contraction per leaf) where nothing needs the
-    # dense ε: no squares, and no rounded member whose realised displacement counts.
-    factored = recipe.source.combine is not None and not squares and not any(leaves.rounded)
+    # Factors are contracted as they are (one contraction per leaf) where nothing needs the
+    # dense ε of a factored leaf: no squares asked. A rounded leaf (never factored: its
+    # noise is dense) sums its realised displacement beside them.
+    factored = recipe.source.combine is not None and not squares and not all(leaves.rounded)
     if factored:
         batch = recipe._factor_chunk(noise_state, key, params)
     else:
@@ -262,12 +297,13 @@ def moments(
     def chunk_sums(start):
         chunk = _map_rows(lambda c: jax.lax.dynamic_slice_in_dim(c, start, batch, 1), rows)
         if factored:
-            return factored_sums(recipe.source.combine, factors_of, chunk.folded[0], start, batch)
-        return _dense_sums(chunk, leaves, _draw(base_of, start, batch, fused), weighted)
+            stacked = jax.vmap(factors_of)(start + jnp.arange(batch))
+            return factored_sums(recipe.source.combine, stacked, leaves, chunk, kept)
+        return _dense_sums(chunk, leaves, _draw(base_of, start, batch, fused), weighted, kept)
 
-    total = _sum_chunks(chunk_sums, n_chunks, batch, leaves, rows)
+    total = _sum_chunks(chunk_sums, n_chunks, batch, leaves, rows, kept)
     kinds = [
-        [_scaled(total, leaves, kind, k) for k in range(groups[kind].shape[0])]
+        [_scaled(total, leaves, kind, k, kept) for k in range(groups[kind].shape[0])]
         for kind in range(len(groups))
     ]
     return kinds[0], (kinds[1] if len(kinds) > 1 else None)

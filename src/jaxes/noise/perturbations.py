@@ -126,12 +126,6 @@ class Perturbations:
         ]
         return treedef.unflatten(out)
 
-    def rounds(self, noise_state, params: Params, dtypes: Params | None) -> bool:
-        """Whether some leaf's members are rounded (``round(θ + δ)``), so their realised
-        displacements are summed instead of the nominal ones."""
-        built = self.member_dtypes(noise_state, params, dtypes)
-        return any(is_rounded(t.dtype) for t in jax.tree.leaves(built))
-
     def centre(self, noise_state, params: Params, dtypes: Params | None) -> Params:
         """What members are built around: ``θ``, with every narrow leaf whose member is
         ``round(θ) + δ`` rounded first (in the master dtype)."""
@@ -286,6 +280,7 @@ class Perturbations:
         coeffs: jax.Array,
         square_coeffs: jax.Array | None = None,
         dtypes: Params | None = None,
+        paired_rows: tuple[int, ...] = (),
     ) -> tuple[list[Params], list[Params] | None]:
         """``Σ_i coeffs[k, i] δ_i`` and ``Σ_i square_coeffs[k, i] δ_i²`` for each row ``k``, with
         ``δ_i`` the displacement member ``i`` had: a list of ``K`` master-dtype pytrees each.
@@ -296,6 +291,12 @@ class Perturbations:
         float32 from the rebuilt member, so the sums describe what was evaluated. The noise is
         rebuilt ``tell_chunk`` bases at a time; each row is its own running sum, so no
         ``(K, d)`` block is ever sliced or copied.
+
+        ``paired_rows`` names rows whose two coefficients of each antithetic pair are equal
+        (a row of ones): a leaf whose members were not rounded then sums to exactly zero for
+        them, and gets zeros without a running sum. Rounding is decided per leaf, so in a
+        tree of bfloat16 matrices with low-rank noise and bfloat16 biases only the biases
+        (rounded) sum such a row, and the matrices' factors are contracted as they are.
 
         Example:
           >>> import jax, jax.numpy as jnp
@@ -310,5 +311,5 @@ class Perturbations:
           True
         """
         return moments_lib.moments(
-            self, noise_state, key, params, sigma, coeffs, square_coeffs, dtypes
+            self, noise_state, key, params, sigma, coeffs, square_coeffs, dtypes, paired_rows
         )

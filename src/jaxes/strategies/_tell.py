@@ -29,35 +29,27 @@ def population_moments(
     ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i`` is the displacement member ``i`` had
     (``σ ⊙ s_i ε_{j(i)}``, or ``x_i - θ`` for members rounded to a narrower dtype); ``sigma`` is
     the scale members were built with, a scalar or a pytree like the params. With antithetic
-    float32 pairs ``Σ δ_i`` is exactly zero and is not rebuilt.
+    pairs ``Σ δ_i`` is exactly zero for each leaf whose members were not rounded, and is not
+    rebuilt for it (``Perturbations.moments``' ``paired_rows``).
     """
-    rounds = perturbations.rounds(state.noise_state, state.params, state.dtypes)
-    plain = rounds or not perturbations.antithetic
     both = jnp.stack([mass, jnp.ones_like(mass)])
     sums, square_sums = perturbations.moments(
         state.noise_state,
         state.key,
         state.params,
         sigma,
-        both if plain else mass[None],
+        both,
         both if squares else None,
         state.dtypes,
+        paired_rows=(1,),
     )
-
-    def row(rows, k):
-        if rows is None:
-            return None
-        if k < len(rows):
-            return rows[k]
-        return jax.tree.map(jnp.zeros_like, rows[0])
-
     return centroid.PopulationMoments(
         total_mass=jnp.sum(mass),
         count=perturbations.population_size,
-        mass_moment=row(sums, 0),
-        displacement_sum=row(sums, 1),
-        mass_square_moment=row(square_sums, 0),
-        square_sum=row(square_sums, 1),
+        mass_moment=sums[0],
+        displacement_sum=sums[1],
+        mass_square_moment=None if square_sums is None else square_sums[0],
+        square_sum=None if square_sums is None else square_sums[1],
     )
 
 
