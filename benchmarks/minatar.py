@@ -41,7 +41,8 @@ least 2 of the 4 games with a PPO return, within the wall clock (45 minutes a ga
 game above the previous table (`PREVIOUS`) at that table's wall clock. The table gives the
 median eval at 10M alive env steps (PPO's budget), at 100M if reached, and at the end.
 A sitting can span sessions: run some games into one JSON and the rest into another, then
-`--merge A.json B.json` writes one table of all of them (summaries recomputed from the
+`--merge A.json B.json` writes one table of all of them (a game in a later file replaces the
+same game in an earlier one, which is kept under "replaced"; summaries recomputed from the
 stored curves).
 
 `--overhead`: seconds per env step of one jaxes generation (`block_runner`, one generation,
@@ -635,20 +636,23 @@ def run_merge(args, argv) -> None:
             files.append(json.loads(path.read_text()))
         except (OSError, ValueError) as err:
             raise SystemExit(f"--merge: cannot read {path} ({err})") from None
-    games = []
-    for data in files:
+    by_game, replaced = {}, []
+    for path, data in zip(args.merge, files, strict=True):
         for g in data["games"]:
             wall_s, budget = g["sitting"]["wall_s"], g["timesteps_budget"]
             summary = game_summary(g["game"], g["seeds"], wall_s, budget)
-            games.append(summary | {"sitting": g["sitting"]})
+            if g["game"] in by_game:  # a later sitting of a game replaces the earlier one
+                replaced.append({"game": g["game"], "by": str(path), **by_game[g["game"]]})
+            by_game[g["game"]] = summary | {"sitting": g["sitting"]}
     order = {game: i for i, game in enumerate(GAMES)}
-    games.sort(key=lambda g: order[g["game"]])
+    games = sorted(by_game.values(), key=lambda g: order[g["game"]])
     info = files[0]["machine"] | {"merged_from": [str(p) for p in args.merge]}
     payload = {
         "settings": files[0]["settings"],
         "ppo_sources": PPO_SOURCES,
         "sittings": [{"machine": d["machine"], "settings": d["settings"]} for d in files],
         "games": games,
+        "replaced": replaced,
     }
     print(table(games))
     write_json(args.out, {"machine": info, **payload})  # the sittings' machines, unchanged

@@ -99,6 +99,17 @@ def test_the_table_reads_each_checkpoint_and_the_previous_tables_wall_clock(tmp_
     assert [g["game"] for g in merged["games"]] == ["Asterix", "Breakout"]
     assert merged["machine"]["merged_from"] == files
 
+    # A later sitting of a game replaces the earlier one, which is kept beside the table.
+    again = _sitting("Breakout", [_seed(0, short), _seed(1, short), _seed(2, short)])
+    later = tmp_path / "c.json"
+    later.write_text(json.dumps({"machine": {"git": "y"}, "settings": {}, "games": [again]}))
+    args = ["--merge", *files, str(later), "--out", str(out)]
+    minatar.run_merge(minatar.parse_args(args), [])
+    merged = json.loads(out.read_text())
+    assert [g["game"] for g in merged["games"]] == ["Asterix", "Breakout"]
+    assert merged["games"][1]["final_eval_return"] == again["final_eval_return"] != 30.0
+    assert [(r["game"], r["by"]) for r in merged["replaced"]] == [("Breakout", str(later))]
+
 
 def test_merge_names_an_unreadable_file(tmp_path):
     damaged = tmp_path / "damaged.json"
