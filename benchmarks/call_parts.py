@@ -1,0 +1,126 @@
+"""Per-call cost, part by part: one strategy's jitted `ask`, `tell` and a state round trip
+against evosax's, at a small d and P where a generation is well under a millisecond.
+
+What it measures, in one process: `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) and
+`jax.jit(E.ask)`, `jax.jit(E.tell)` (evosax), each with and without the state donated, and
+`jax.jit(lambda state: state)` on each library's state (what a call costs for its leaves
+alone). Every part is called 100 times to warm up, then 1,000 times in a timed block ended by
+`jax.block_until_ready` on each call; the blocks of all parts alternate, 5 rounds, and the
+median µs per call is printed. `benchmarks/regimes.py` times whole generations; this script
+says which part of a small one costs what.
+
+Run:
+  .venv/bin/python benchmarks/call_parts.py                 # snes, d = 10, P = 16
+  .venv/bin/python benchmarks/call_parts.py --strategy open_es --d 100 --P 64
+  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
+    .venv/bin/python benchmarks/call_parts.py              # XLA:CPU on one thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import optax
+from evosax import algorithms
+
+import jaxes
+
+EVOSAX = {"open_es": "Open_ES", "snes": "SNES", "sep_cma_es": "Sep_CMA_ES"}
+
+
+def libraries(strategy: str, d: int, population: int):
+    """``(jaxes strategy, evosax strategy, its params, its state after one generation)``."""
+    x0 = jnp.ones(d)
+    if strategy == "open_es":
+        es = jaxes.open_es(population, 0.05, learning_rate=0.01)
+        extra = {"optimizer": optax.adam(0.01)}
+    else:
+        es = getattr(jaxes, strategy)(population, 0.05)
+        extra = {}
+    ev = getattr(algorithms, EVOSAX[strategy])(population_size=population, solution=x0, **extra)
+    params = ev.default_params
+    key = jax.random.key(1)
+    state = ev.init(jax.random.key(0), x0, params)
+    members, state = ev.ask(key, state, params)
+    state, _ = ev.tell(key, members, jnp.sum(members**2, axis=1), state, params)
+    return es, ev, params, state
+
+
+def parts(strategy: str, d: int, population: int, donate: bool) -> dict:
+    """The parts to time, each a function of no arguments that runs one call."""
+    es, ev, ev_params, ev_state = libraries(strategy, d, population)
+    key = jax.random.key(1)
+    donated = {"donate_argnums": 0} if donate else {}
+    j_ask = jax.jit(lambda s, k: es.ask(k, s), **donated)
+    j_tell = jax.jit(es.tell, **donated)
+    e_ask = jax.jit(lambda s, k: ev.ask(k, s, ev_params), **donated)
+    e_tell = jax.jit(lambda s, k, x, f: ev.tell(k, x, f, s, ev_params), **donated)
+    same = jax.jit(lambda s: s, **donated)
+    held = {"jaxes": es.init(jax.random.key(0), jnp.ones(d)), "evosax": ev_state}
+    members = {  # drawn without donation, so the held states stay valid
+        "jaxes": es.ask(key, held["jaxes"])[0],
+        "evosax": ev.ask(key, held["evosax"], ev_params)[0],
+    }
+    fitness = {
+        "jaxes": -jnp.sum(members["jaxes"] ** 2, axis=1),
+        "evosax": jnp.sum(members["evosax"] ** 2, axis=1),
+    }
+
+    def call(lib, fn):
+        def run():
+            held[lib] = jax.block_until_ready(fn(held[lib]))
+
+        return run
+
+    return {
+        "jaxes ask": call("jaxes", lambda s: j_ask(s, key)[1]),
+        "evosax ask": call("evosax", lambda s: e_ask(s, key)[1]),
+        "jaxes tell": call("jaxes", lambda s: j_tell(s, fitness["jaxes"])[0]),
+        "evosax tell": call(
+            "evosax", lambda s: e_tell(s, key, members["evosax"], fitness["evosax"])[0]
+        ),
+        "jaxes state round trip": call("jaxes", same),
+        "evosax state round trip": call("evosax", same),
+    }
+
+
+def time_parts(calls: dict, rounds: int = 5, warmup: int = 100, block: int = 1000) -> dict:
+    """Median µs per call of each part, the parts' blocks alternating."""
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, run in calls.items():
+            for _ in range(warmup):
+                run()
+            start = time.perf_counter()
+            for _ in range(block):
+                run()
+            times[name].append((time.perf_counter() - start) / block * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--strategy", choices=sorted(EVOSAX), default="snes")
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--P", type=int, default=16)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # donated buffers a call cannot reuse
+    es, _, _, ev_state = libraries(args.strategy, args.d, args.P)
+    leaves = len(jax.tree.leaves(es.init(jax.random.key(0), jnp.ones(args.d))))
+    print(
+        f"{args.strategy}, d = {args.d}, P = {args.P}: state leaves jaxes {leaves}, "
+        f"evosax {len(jax.tree.leaves(ev_state))}"
+    )
+    for donate in (False, True):
+        print("donated" if donate else "not donated")
+        for name, us in time_parts(parts(args.strategy, args.d, args.P, donate)).items():
+            print(f"  {name:24s} {us:8.1f} µs")
+
+
+if __name__ == "__main__":
+    main()
