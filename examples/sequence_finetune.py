@@ -32,6 +32,9 @@ figures, and the answer-length experiment.
 Run:
   python examples/sequence_finetune.py [--quick] [--seconds S] [--methods NAME ...]
   (or JAXES_QUICK=1)
+  python examples/sequence_finetune.py --numbers 3 [--large] [--pretrain-only] [--rebuild]
+  (the three-number game, 2,000 held-out problems; ``--large``: the bigger model, pre-trained
+  once and kept in ``~/.cache/jaxes/pretrained``, rebuilt with ``--rebuild``)
 
 It ends with the table and one line naming the best method, e.g.
 ``best: GRPO 0.591 held-out accuracy (pre-trained 0.348)``.
@@ -64,28 +67,52 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="training seconds per method")
     parser.add_argument("--methods", nargs="+", choices=list(finetune.METHODS), default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--numbers", type=int, choices=(2, 3), default=2, help="numbers a problem gives"
+    )
+    parser.add_argument("--large", action="store_true", help="the bigger model (pretrain.LARGE)")
+    parser.add_argument(
+        "--pretrain-only", action="store_true", help="pre-train (or read), measure, stop"
+    )
+    parser.add_argument(
+        "--rebuild", action="store_true", help="pre-train again, replacing the cache"
+    )
     args = parser.parse_args()
     mode = QUICK if args.quick or quick_from_env() else FULL
     seconds = args.seconds if args.seconds is not None else mode["seconds"]
     methods = {n: finetune.METHODS[n] for n in (args.methods or finetune.METHODS)}
 
-    setup = pretrain.Setup(pretrain_steps=mode["pretrain_steps"], seed=args.seed)
+    if args.large and args.numbers != 3:
+        parser.error("--large: the bigger model is for the three-number game; add --numbers 3")
+    if args.large:
+        setup = pretrain.LARGE
+    else:
+        setup = pretrain.Setup(
+            pretrain_steps=mode["pretrain_steps"], seed=args.seed, numbers=args.numbers
+        )
     model = setup.model()
-    train_prompts, test_prompts = finetune.problems(args.seed)
+    train_prompts, test_prompts = finetune.problems(args.seed, args.numbers)
     print(
         f"countdown: {train_prompts.shape[0]} train / {test_prompts.shape[0]} held-out "
         f"problems; transformer d={setup.d_model}, {setup.layers} layers, {setup.heads} heads",
         flush=True,
     )
-    pre = pretrain.pretrain(setup, verbose=True)
+    if args.large or args.pretrain_only or args.rebuild:
+        pre = pretrain.pretrained(setup, rebuild=args.rebuild, verbose=True)
+    else:
+        pre = pretrain.pretrain(setup, verbose=True)
     params = pre["params"]
     arithmetic = float(jax.jit(lambda p: pretrain.arithmetic_accuracy(model, p))(params))
     print(f"pre-trained arithmetic accuracy: {arithmetic:.3f}")
     start = float(jax.jit(lambda p: pretrain.accuracy(model, p, test_prompts))(params))
     print(f"pre-trained held-out accuracy: {start:.3f}", flush=True)
+    if args.pretrain_only:
+        return
 
     print(f"fine-tuning, {seconds:g} s of training each:", flush=True)
-    results = finetune.compare(methods, model, params, seconds, seed=args.seed, verbose=True)
+    results = finetune.compare(
+        methods, model, params, seconds, seed=args.seed, numbers=args.numbers, verbose=True
+    )
     for name, r in results.items():
         print(f"  {name}: compiled in {r['compile_seconds']:.1f} s")
     print(finetune.table(results))
