@@ -10,7 +10,7 @@ one function each, sum a chunk:
   * ``fused_sums``: a few bases as unrolled multiply-adds, which XLA fuses with reading the
     noise (a big model), so no chunk is stored;
   * ``factored_sums``: a low-rank source's factors contracted as they are, never multiplied
-    out (no squares asked, no rounded member);
+    out (no squares asked; a rounded leaf beside them sums its realised displacements);
   * ``rounded_sums``: a leaf whose members were rounded to a narrower dtype sums the
     displacement the member really had, ``x_i - θ``, not the nominal ``s_i σ ε``.
 
