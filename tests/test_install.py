@@ -109,7 +109,8 @@ def test_the_floor_file_pins_every_declared_floor_and_the_lock_is_in_range():
     # make test also installs the examples' distribution (examples/pyproject.toml) on the lock.
     examples = declared(("core",), ROOT / "examples" / "pyproject.toml")
     assert "scikit-learn" in examples
-    every = {**declared(("core", "brax", "gymnax", "plot", "dev")), **examples}
+    groups = ("core", "brax", "gymnax", "plot", "dev", "tensorboard", "wandb", "mlflow")
+    every = {**declared(groups), **examples}
     for name, version in every.items():
         assert compat.version_tuple(locked[name]) >= compat.version_tuple(version), name
 

@@ -16,6 +16,10 @@ MODULES = {
     "brax": ("brax", "mujoco"),
     "gymnax": ("gymnax", "gymnasium", "six"),
     "plot": ("matplotlib",),
+    # Experiment trackers (jaxes.training.trackers).
+    "tensorboard": ("tensorboardX",),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
 }
 
 

@@ -255,6 +255,14 @@ def _train_arguments(sub) -> None:
     train.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
+    train.add_argument(
+        "--log",
+        default=None,
+        metavar="TRACKERS",
+        help="log to experiment trackers too: tensorboard, wandb, mlflow, csv, or several as "
+        "a comma list (W&B offline and MLflow's local store unless their env variables say "
+        "otherwise); --resume continues the run's own unless given",
+    )
     _host_arguments(train)
 
 

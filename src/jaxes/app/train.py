@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import jax
@@ -32,11 +32,12 @@ def train_config(
     stream: TextIO | None = None,
     plot: bool = True,
     progress_fn: Callable[[int, dict], Any] | None = None,
+    loggers: str | Sequence[str] | None = None,
 ) -> dict:
     """Trains as ``config`` says, writing into ``out``; returns ``training.run``'s summary.
 
     With ``resume=True`` the config must equal the run's ``config.json`` except for
-    ``generations``.
+    ``generations``. ``loggers``: experiment trackers, as ``training.run`` takes them.
 
     Example (skipped in doctests: compiling the Brax rollout takes tens of seconds on CPU):
       >>> import io
@@ -55,6 +56,7 @@ def train_config(
         progress_fn=progress_fn,
         stream=stream,
         plot=plot,
+        loggers=loggers,
         **_loop_settings(config),
     )
 
@@ -67,6 +69,7 @@ def train_config_seeds(
     stream: TextIO | None = None,
     plot: bool = True,
     progress_fn: Callable[[int, dict], Any] | None = None,
+    loggers: str | Sequence[str] | None = None,
 ) -> dict:
     """``train_config`` for every seed in ``seeds`` at once, vmapped in one program; writes
     ``out/seed-S`` per seed (``config`` with ``seed=S``) and returns ``training.run_seeds``'s
@@ -88,6 +91,7 @@ def train_config_seeds(
         progress_fn=progress_fn,
         stream=stream,
         plot=plot,
+        loggers=loggers,
         **_loop_settings(config),
     )
 

@@ -10,7 +10,7 @@ from jaxes.app import config as config_lib
 from jaxes.app.config import TrainConfig, read_config
 from jaxes.app.errors import fail
 from jaxes.app.parser import TRAIN_FLAGS
-from jaxes.training import rundir
+from jaxes.training import loggers, rundir
 
 # The run directory `jaxes train` writes, for the message of an interrupt.
 RUN_DIR: list[str | None] = [None]
@@ -49,10 +49,13 @@ def train_command(args) -> int:
         config = TrainConfig.make(**given, **({"seed": seeds[0]} if seeds else {}))
     out = args.out if args.out is not None else rundir.default_out(config.env.name)
     RUN_DIR[0] = out
+    logs = args.log
+    if logs is None and args.resume:  # the trackers the run logged to, continued
+        logs = loggers.recorded(out if seeds is None else rundir.seed_dir(out, seeds[0]))
     if seeds is None:
-        summary = train.train_config(config, out, resume=args.resume)
+        summary = train.train_config(config, out, resume=args.resume, loggers=logs)
     else:
-        summary = train.train_config_seeds(config, seeds, out, resume=args.resume)
+        summary = train.train_config_seeds(config, seeds, out, resume=args.resume, loggers=logs)
     if jax.process_index() == 0:  # process 0 reports for everyone
         _print_result(summary, seeds, out)
     return 0

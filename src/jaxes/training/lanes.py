@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from jaxes.parallel import check_split, default_split, make_mesh
 from jaxes.training import checkpoint, rundir
+from jaxes.training.loggers import check_loggers
 from jaxes.training.placement import place
 from jaxes.training.programs import init_state
 from jaxes.training.settings import check_loop, check_stops, run_settings
@@ -40,6 +41,7 @@ class Job:
     stream: TextIO
     progress_fn: Callable[[int, dict], Any] | None
     plot: bool
+    loggers: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -47,8 +49,9 @@ class Job:
 
     @classmethod
     def make(cls, strategy, task, generations, eval_every, checkpoint_every, devices,
-             timesteps, target_return, progress_fn, stream, plot):  # fmt: skip
+             timesteps, target_return, progress_fn, stream, plot, loggers=None):  # fmt: skip
         loop = check_loop(generations, 0, eval_every, checkpoint_every, devices)
+        names = check_loggers(loggers)
         del loop["seed"]  # each run has its own
         check_stops(timesteps, target_return)
         if not devices and jax.process_count() == 1:
@@ -60,7 +63,7 @@ class Job:
         primary = jax.process_index() == 0
         stream = (stream or sys.stdout) if primary else open(os.devnull, "w")  # noqa: SIM115
         stops = {"timesteps": timesteps, "target_return": target_return}
-        return cls(strategy, task, loop, stops, mesh, primary, stream, progress_fn, plot)
+        return cls(strategy, task, loop, stops, mesh, primary, stream, progress_fn, plot, names)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,9 +23,11 @@ from jaxes.training.record import Block, metrics_writers, record_block
 from jaxes.training.settings import INT32_MAX
 
 
-def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> list[Lane]:
+def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool, feeds=()) -> list[Lane]:
     """Trains the lanes from ``state`` (stacked over them when ``vmapped``) until each one
-    stops; returns them where they stopped, with their ``seconds`` and ``compile_seconds``."""
+    stops; returns them where they stopped, with their ``seconds`` and ``compile_seconds``.
+    ``feeds`` (``jaxes.training.loggers.Feed``, one per lane, or none) get each lane's lines,
+    and send them to the trackers once a checkpoint holds them."""
     device = _Device.make(job, len(lanes) if vmapped else None)
     progress = report.progress_for(job, len(lanes), vmapped)
     wall_offset = max((lane.kept[-1]["wall_time_s"] for lane in lanes if lane.kept), default=0.0)
@@ -40,17 +42,23 @@ def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool) -> list[Lane]
             for i, lane, lines in moved:
                 if lines:
                     report.call_progress_fn(job, lane, lines, vmapped)
-                    _checkpoint_if_due(job, lane, state, i, vmapped)
+                    if feeds:
+                        feeds[i].add(lines)
+                    if _checkpoint_if_due(job, lane, state, i, vmapped) and feeds:
+                        feeds[i].commit()
     progress.close()
     seconds = round(time.perf_counter() - started, 1)
     timed = {"seconds": seconds, "compile_seconds": round(device.compile_s, 1)}
     return [dataclasses.replace(lane, **timed) for lane in lanes]
 
 
-def _checkpoint_if_due(job: Job, lane: Lane, state, i: int, vmapped: bool) -> None:
+def _checkpoint_if_due(job: Job, lane: Lane, state, i: int, vmapped: bool) -> bool:
+    """Saves the lane's checkpoint when one is due; returns whether it did."""
     if lane.generation % job.loop["checkpoint_every"] == 0 or lane.stopped:
         lane_state = jax.tree.map(lambda x: x[i], state) if vmapped else state
         lane.ckpt.save(lane.generation, lane_state)
+        return True
+    return False
 
 
 @dataclasses.dataclass

@@ -6,8 +6,24 @@ import sys
 from typing import TextIO
 
 
+def notebook_line(stream: TextIO):
+    """An updatable display of one line in a Jupyter notebook (``IPython.display``'s handle)
+    when ``stream`` is the notebook's stdout, else ``None``: in a notebook, where nothing is a
+    terminal, the progress line would otherwise print once per block."""
+    ipython = sys.modules.get("IPython")
+    if stream is not sys.stdout or ipython is None:
+        return None
+    shell = ipython.get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return None
+    from IPython import display
+
+    return display.display(display.Pretty(""), display_id=True)
+
+
 class Progress:
-    """One status line: generation, returns, env steps/s, ETA. Redrawn in place on a terminal.
+    """One status line: generation, returns, env steps/s, ETA. Redrawn in place on a terminal,
+    and in a notebook (``notebook_line``).
 
     ``statistic`` names what the returns are when they summarise several runs (e.g.
     ``"median over 3 seeds"``); the line shows it before them.
@@ -29,6 +45,7 @@ class Progress:
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()
         self.label = f"{statistic}: " if statistic else ""
+        self.notebook = notebook_line(self.stream)
 
     def update(self, generation: int, line: dict, steps_per_s: float, eta_s: float) -> None:
         def number(value):
@@ -40,6 +57,11 @@ class Progress:
             f"best {number(line.get('best_fitness'))}  eval {number(line.get('eval_return'))}  "
             f"{steps_per_s:,.0f} steps/s  ETA {eta_s:5.0f}s"
         )
+        if self.notebook is not None:
+            from IPython.display import Pretty
+
+            self.notebook.update(Pretty(text))
+            return
         self.stream.write(("\r" + text) if self.tty else (text + "\n"))
         self.stream.flush()
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from jaxes.checks import check_int
 from jaxes.parallel import describe_devices
 from jaxes.training import checkpoint, report, rundir
 from jaxes.training.lanes import Job, Lane, open_lanes, restore_states
+from jaxes.training.loggers import open_feed
 from jaxes.training.loop import train_lanes
 from jaxes.training.record import caught_up
 from jaxes.training.settings import MAX_SEED, check_seeds, strategy_name
@@ -51,6 +52,7 @@ def run(
     stream: TextIO | None = None,
     plot: bool = True,
     title: str | None = None,
+    loggers: str | Sequence[str] | None = None,
 ) -> dict:
     """Trains ``strategy`` on ``task`` for ``generations`` in total, writing into ``out``.
 
@@ -78,6 +80,12 @@ def run(
         last metrics line (e.g. a logger's callback; Brax's trainers take the same).
       stream: where progress text goes (default stdout); ``plot``: write the learning curve
         PNG when matplotlib is installed; ``title``: the header line's description.
+      loggers: experiment trackers to log to as well, ``"csv"``, ``"tensorboard"``,
+        ``"wandb"``, ``"mlflow"``, several as a comma list or a list
+        (``jaxes.training.loggers``): every metrics line, the settings as hyper-parameters
+        and the learning curve; offline by default; a resumed run continues its tracked run
+        (pass the same ``loggers``). A tracker that fails is reported once and dropped; the
+        run goes on.
 
     Returns:
       A summary: ``generations``, ``start_generation``, ``final_eval_return``, ``run_dir``,
@@ -109,7 +117,7 @@ def run(
     seed = check_int("seed", seed, 0, MAX_SEED)
     job = Job.make(
         strategy, task, generations, eval_every, checkpoint_every, devices, timesteps,
-        target_return, progress_fn, stream, plot,
+        target_return, progress_fn, stream, plot, loggers,
     )  # fmt: skip
     title = title or f"{strategy_name(strategy)}, P={job.size}"
     with rundir.lock(out) if job.primary else contextlib.nullcontext():
@@ -135,6 +143,7 @@ def run_seeds(
     stream: TextIO | None = None,
     plot: bool = True,
     title: str | None = None,
+    loggers: str | Sequence[str] | None = None,
 ) -> dict:
     """``run`` for several seeds at once: the runs are ``vmap``-ed in one jitted block (one
     compile for all of them), and each writes its own run directory ``out/seed-S`` (which
@@ -144,7 +153,8 @@ def run_seeds(
     ``out/seeds.json`` records the seeds, ``out/summary.json`` the per-seed results with the
     median and spread of the final evaluations, and ``out/learning_curves.png`` shows every
     seed. ``progress_fn(generation, metrics)`` is called per seed, with ``metrics["seed"]``;
-    the progress line shows the median over the seeds, and says so.
+    the progress line shows the median over the seeds, and says so. ``loggers`` log one
+    tracked run per seed (``seed-S``), grouped under ``out``'s name.
 
     Returns:
       ``summary.json``'s content: ``seeds``, ``runs`` (each ``run``'s summary, with ``seed``),
@@ -165,7 +175,7 @@ def run_seeds(
     seeds = check_seeds(seeds)
     job = Job.make(
         strategy, task, generations, eval_every, checkpoint_every, devices, timesteps,
-        target_return, progress_fn, stream, plot,
+        target_return, progress_fn, stream, plot, loggers,
     )  # fmt: skip
     title = title or f"{strategy_name(strategy)}, P={job.size}"
     with rundir.lock(out) if job.primary else contextlib.nullcontext():
@@ -210,15 +220,28 @@ def _train(job: Job, dirs, config, resume: bool, title: str, out: str, vmapped: 
             )
             for lane in lanes
         ]
-        lanes = train_lanes(job, lanes, state, vmapped)
-    if job.plot and job.primary:
-        lanes = [
-            dataclasses.replace(
-                lane,
-                plot=report.plot_run(
-                    lane.metrics_path, os.path.join(lane.out, rundir.LEARNING_CURVE)
-                ),
-            )
-            for lane in lanes
-        ]
+        feeds = _open_feeds(job, lanes, out, vmapped)
+        for feed in feeds:
+            closing.callback(feed.close)
+        lanes = train_lanes(job, lanes, state, vmapped, feeds)
+        if job.plot and job.primary:
+            lanes = [
+                dataclasses.replace(
+                    lane,
+                    plot=report.plot_run(
+                        lane.metrics_path, os.path.join(lane.out, rundir.LEARNING_CURVE)
+                    ),
+                )
+                for lane in lanes
+            ]
+        for lane, feed in zip(lanes, feeds, strict=False):
+            feed.finish(lane.plot)
     return lanes
+
+
+def _open_feeds(job: Job, lanes: list[Lane], out: str, vmapped: bool) -> list:
+    """Each lane's trackers (none off the primary process, or without ``loggers``)."""
+    if not job.loggers or not job.primary:
+        return []
+    group = os.path.basename(os.path.abspath(out)) if vmapped else None
+    return [open_feed(job.loggers, lane, out, group, lane.settings, job.stream) for lane in lanes]

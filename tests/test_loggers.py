@@ -1,0 +1,307 @@
+"""Experiment trackers (``loggers=``, ``jaxes train --log``): each tracker's files read back with
+its own reader, resumed runs logged once per generation, grouped seeds, a missing extra in one
+line, a failing tracker that never stops the run, and the progress line in a notebook."""
+
+import errno
+import glob
+import io
+import json
+import os
+import struct
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import jaxes
+from jaxes.extras import MissingExtra
+from jaxes.tasks.functions import function_task
+from jaxes.training import loggers, run, run_seeds, trackers
+
+ALL = "csv,tensorboard,wandb,mlflow"
+ES, TASK = jaxes.open_es(8, sigma=0.1), function_task("sphere", 3)
+LOOP = {"eval_every": 2, "checkpoint_every": 4, "plot": True}
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def metrics(run_dir) -> list[dict]:
+    lines = open_text(os.path.join(run_dir, "metrics.jsonl")).splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def open_text(path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def evals(run_dir) -> dict[int, float]:
+    return {x["generation"]: x["eval_return"] for x in metrics(run_dir) if "eval_return" in x}
+
+
+class Stop(Exception):
+    pass
+
+
+def stop_at(generation):
+    def progress_fn(g, _line):
+        if g == generation:
+            raise Stop
+
+    return progress_fn
+
+
+@pytest.fixture(scope="module")
+def crashed_and_resumed(tmp_path_factory):
+    """A run killed at generation 6 (its last checkpoint: 4), then resumed to 10, logging to
+    every tracker."""
+    out = str(tmp_path_factory.mktemp("logs") / "run")
+    stream = io.StringIO()
+    with pytest.raises(Stop):
+        run(ES, TASK, out, generations=10, loggers=ALL, stream=stream,
+            progress_fn=stop_at(6), **LOOP)  # fmt: skip
+    run(ES, TASK, out, generations=10, loggers=ALL, stream=stream, resume=True, **LOOP)
+    assert "log failed" not in stream.getvalue()
+    return out
+
+
+# ------------------------------------------------------------------ each tracker's own reader
+
+
+def csv_rows(run_dir) -> list[dict]:
+    import csv
+
+    with open(os.path.join(run_dir, trackers.CSV_FILE), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def tensorboard_scalars(run_dir, tag) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(run_dir, trackers.TENSORBOARD_DIR))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def wandb_history(wandb_dir) -> dict[str, list[dict]]:
+    """The history rows of every offline run in ``wandb_dir``, by run id, read from the
+    ``.wandb`` transaction logs (LevelDB log records of ``wandb_internal_pb2.Record``)."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows: dict[str, list[dict]] = {}
+    for path in sorted(glob.glob(os.path.join(wandb_dir, "offline-run-*", "run-*.wandb"))):
+        run_id = os.path.basename(path)[4:-6]
+        with open(path, "rb") as f:
+            data = f.read()
+        for raw in _log_records(data):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            if record.WhichOneof("record_type") == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                         for i in record.history.item}  # fmt: skip
+                rows.setdefault(run_id, []).append(items)
+            if record.WhichOneof("record_type") == "run":
+                rows.setdefault(run_id, []).append({"_group": record.run.run_group,
+                                                    "_name": record.run.display_name})  # fmt: skip
+    return rows
+
+
+def _log_records(data: bytes, block: int = 32768):
+    pos, pending = 7, b""  # after the ":W&B" header
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            yield chunk
+        elif kind in (2, 3):
+            pending = (pending if kind == 3 else b"") + chunk
+        elif kind == 4:
+            yield pending + chunk
+
+
+def mlflow_runs(root):
+    import mlflow
+
+    mlflow.set_tracking_uri("file://" + os.path.join(root, trackers.MLFLOW_DIR))
+    return mlflow.search_runs(experiment_names=["jaxes"], output_format="list")
+
+
+def mlflow_history(run_id, name, root) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient("file://" + os.path.join(root, trackers.MLFLOW_DIR))
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+
+
+# ------------------------------------------------------------------ every generation, once
+
+
+def test_csv_holds_every_generation_once_across_the_resume(crashed_and_resumed):
+    rows = csv_rows(crashed_and_resumed)
+    assert [int(r["generation"]) for r in rows] == list(range(1, 11))
+    got = {int(r["generation"]): float(r["eval_return"]) for r in rows if r["eval_return"]}
+    assert got == pytest.approx(evals(crashed_and_resumed), rel=1e-12)
+
+
+def test_tensorboard_events_equal_metrics_jsonl(crashed_and_resumed):
+    out = crashed_and_resumed
+    returns = tensorboard_scalars(out, "eval_return")
+    assert [s for s, _ in returns] == [2, 4, 6, 8, 10]  # no gap, no duplicate
+    assert dict(returns) == pytest.approx(evals(out), rel=1e-6)
+    steps = [s for s, _ in tensorboard_scalars(out, "fitness_mean")]
+    assert steps == list(range(1, 11))
+    by_steps = [s for s, _ in tensorboard_scalars(out, trackers.BY_ENV_STEPS)]
+    assert by_steps == [x["total_env_steps"] for x in metrics(out) if "eval_return" in x]
+
+
+def test_wandb_offline_run_is_one_run_continued(crashed_and_resumed):
+    out = crashed_and_resumed
+    history = wandb_history(os.path.join(out, trackers.WANDB_DIR))
+    assert len(history) == 1  # the resume continued the same run id
+    (rows,) = history.values()
+    steps = [r["_step"] for r in rows if "_step" in r]
+    assert steps == list(range(1, 11))
+    got = {r["_step"]: r["eval_return"] for r in rows if "eval_return" in r}
+    assert got == pytest.approx(evals(out), rel=1e-6)
+    assert any("learning_curve/path" in r for r in rows)
+
+
+def test_mlflow_file_store_run_equals_metrics_jsonl(crashed_and_resumed):
+    out = crashed_and_resumed
+    (found,) = mlflow_runs(out)
+    assert found.info.status == "FINISHED" and found.data.params["generations"] == "10"
+    returns = mlflow_history(found.info.run_id, "eval_return", out)
+    assert [s for s, _ in returns] == [2, 4, 6, 8, 10]
+    assert dict(returns) == pytest.approx(evals(out), rel=1e-6)
+    steps = [s for s, _ in mlflow_history(found.info.run_id, "fitness_mean", out)]
+    assert steps == list(range(1, 11))
+
+
+def test_loggers_json_records_each_tracker_through_the_last_generation(crashed_and_resumed):
+    record = json.loads(open_text(os.path.join(crashed_and_resumed, loggers.LOGGERS)))
+    assert record["logged_through"] == {n: 10 for n in ALL.split(",")}
+    assert loggers.recorded(crashed_and_resumed) == tuple(ALL.split(","))
+
+
+# ------------------------------------------------------------------ seeds, grouped
+
+
+def test_seeds_log_one_run_each_grouped(tmp_path):
+    out = str(tmp_path / "seeds")
+    run_seeds(ES, TASK, out, seeds=[0, 1], generations=4, loggers="tensorboard,wandb,mlflow",
+              stream=io.StringIO(), **LOOP)  # fmt: skip
+    found = mlflow_runs(out)
+    assert sorted(r.info.run_name for r in found) == ["seed-0", "seed-1"]
+    assert {r.data.tags["jaxes.group"] for r in found} == {"seeds"}
+    history = wandb_history(os.path.join(out, trackers.WANDB_DIR))
+    named = sorted((r["_name"], r["_group"]) for rows in history.values() for r in rows
+                   if "_name" in r)  # fmt: skip
+    assert named == [("seed-0", "seeds"), ("seed-1", "seeds")]
+    for seed in (0, 1):
+        run_dir = os.path.join(out, f"seed-{seed}")
+        assert dict(tensorboard_scalars(run_dir, "eval_return")) == pytest.approx(evals(run_dir))
+
+
+# ------------------------------------------------------------------ errors and failures
+
+
+@pytest.mark.parametrize("name,extra", [("wandb", "wandb"), ("tensorboard", "tensorboard")])
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch, name, extra):
+    module = trackers.EXTRAS[name][0]
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(MissingExtra) as err:
+        loggers.check_loggers(f"csv,{name}")
+    assert "\n" not in str(err.value) and f"pip install 'jaxes[{extra}]'" in str(err.value)
+
+
+def test_unknown_tracker_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="loggers: unknown 'visdom'"):
+        run(ES, TASK, str(tmp_path / "r"), generations=2, loggers=["csv", "visdom"])
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_tracker_failing_mid_run_is_reported_once_and_the_run_goes_on(monkeypatch, tmp_path):
+    calls = []
+    original = trackers.CsvTracker.lines
+
+    def full_disk(self, lines):
+        calls.append(lines[0]["generation"])
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(self, lines)
+
+    monkeypatch.setattr(trackers.CsvTracker, "lines", full_disk)
+    out, stream = tmp_path / "r", io.StringIO()
+    summary = run(ES, TASK, str(out), generations=12, loggers="csv,tensorboard", stream=stream,
+                  **LOOP)  # fmt: skip
+    assert summary["generations"] == 12 and summary["stopped"] == "generations"
+    assert stream.getvalue().count("the csv log failed (OSError") == 1
+    assert len(calls) == 2  # dropped after its failure
+    assert [int(r["generation"]) for r in csv_rows(out)] == [1, 2, 3, 4]
+    assert len(tensorboard_scalars(out, "fitness_mean")) == 12  # the others go on
+    assert max(int(s) for s in os.listdir(out / "checkpoints")) == 12
+
+
+def test_a_tracker_failing_to_open_never_stops_the_run(monkeypatch, tmp_path):
+    def refuse(self, target):
+        raise ConnectionError("no server")
+
+    monkeypatch.setattr(trackers.MlflowTracker, "__init__", refuse)
+    stream = io.StringIO()
+    summary = run(ES, TASK, str(tmp_path / "r"), generations=4, loggers="mlflow", stream=stream,
+                  **LOOP)  # fmt: skip
+    assert summary["generations"] == 4
+    assert "the mlflow log failed (ConnectionError: no server)" in stream.getvalue()
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_cli_log_and_a_resume_that_continues_it(capsys, monkeypatch, tmp_path):
+    from jaxes.app.cli import main
+
+    out = str(tmp_path / "cli")
+    flags = ["--env", "fast", "--population", "8", "--eval-every", "1", "--checkpoint-every", "1"]
+    assert main(["train", *flags, "--generations", "2", "--out", out, "--log", "csv,mlflow"]) == 0
+    assert main(["train", "--resume", "--out", out, "--generations", "3"]) == 0
+    assert [int(r["generation"]) for r in csv_rows(out)] == [1, 2, 3]
+    (found,) = mlflow_runs(out)
+    assert [s for s, _ in mlflow_history(found.info.run_id, "eval_return", out)] == [1, 2, 3]
+    capsys.readouterr()
+    assert main(["train", *flags, "--out", str(tmp_path / "x"), "--log", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "loggers: unknown 'nope'" in err
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if the extra were not installed
+    assert main(["train", *flags, "--out", str(tmp_path / "y"), "--log", "wandb"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'jaxes[wandb]'" in err
+    assert not (tmp_path / "y").exists()  # refused before anything was written
+
+
+# ------------------------------------------------------------------ notebooks
+
+
+def test_progress_is_one_updating_line_in_a_notebook(tmp_path):
+    code = (
+        "import io, tempfile, jaxes\n"
+        "from jaxes.tasks.functions import function_task\n"
+        "from jaxes.training import run\n"
+        "es, task = jaxes.open_es(8, sigma=0.1), function_task('sphere', 3)\n"
+        "summary = run(es, task, tempfile.mkdtemp(), generations=6, eval_every=2, plot=False)\n"
+    )
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    outputs = notebook.cells[0].outputs
+    shown = [o for o in outputs if o.output_type == "display_data"]
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert len(shown) == 1 and shown[0].data["text/plain"].startswith("gen     6/6")
+    assert "gen " not in printed  # not one printed line per block
