@@ -59,9 +59,11 @@ class Method:
 
     ``kind`` is ``"es"`` or ``"grpo"``. ES: ``noise`` (``open_es``'s: ``"gaussian"`` for full
     rank, ``"lowrank"``) with ``rank``, ``population``, ``sigma``, ``antithetic``, ``dtype``
-    of the params (``"float32"``/``"bfloat16"``), ``quantize`` (an int8 base). GRPO:
-    ``group`` samples per prompt. Both: ``learning_rate`` (Adam), ``batch`` training prompts
-    per update, ``eval_every`` updates per timed block.
+    of the params (``"float32"``/``"bfloat16"``), ``quantize`` (an int8 base), ``shaping``
+    (``open_es``'s ``fitness_shaping``) and ``optimizer`` (``"adam"``, or ``"sgd"``: plain
+    steps of ``learning_rate`` times the estimate, as Qiu et al. 2025 take). GRPO: ``group``
+    samples per prompt, Adam. Both: ``learning_rate``, ``batch`` training prompts per update,
+    ``eval_every`` updates per timed block.
     """
 
     name: str
@@ -73,6 +75,8 @@ class Method:
     antithetic: bool = True
     dtype: str = "float32"
     quantize: bool = False
+    shaping: str = "centered_rank"
+    optimizer: str = "adam"
     learning_rate: float = 0.003
     batch: int = 64
     group: int = 8
@@ -106,16 +110,21 @@ def reward_fn(stretch: int) -> Callable:
 
 
 def make_strategy(method: Method):
-    """``open_es`` with Adam for an ES method.
+    """``open_es`` with the method's optimizer (Adam unless ``"sgd"``) for an ES method.
 
     Example:
       >>> make_strategy(METHODS["ES low-rank r=1"]).population_size
       32
     """
+    if method.optimizer not in ("adam", "sgd"):
+        raise ValueError(f"Method.optimizer: 'adam' or 'sgd', not {method.optimizer!r}")
+    sgd = optax.sgd(method.learning_rate) if method.optimizer == "sgd" else None
     return open_es(
         method.population,
         sigma=method.sigma,
+        optimizer=sgd,
         learning_rate=method.learning_rate,
+        fitness_shaping=method.shaping,
         antithetic=method.antithetic,
         noise=lowrank(method.rank) if method.noise == "lowrank" else method.noise,
         track_best=False,
@@ -219,11 +228,13 @@ def finetune(
     updates: int | None = None,
     stretch: int = 1,
     seed: int = 0,
+    curve: bool = True,
     verbose: bool = False,
 ) -> dict:
     """Fine-tunes ``params`` by ``method`` for ``seconds`` of training (blocks of
     ``method.eval_every`` updates until the clock passes it) or for ``updates`` updates, with
-    the held-out accuracy measured after each block, outside the clock.
+    the held-out accuracy measured after each block, outside the clock (with ``curve`` false:
+    at the start and the end only, the blocks between recorded as NaN).
 
     Returns a dict: ``history`` (lists ``updates``, ``seconds``, ``accuracy``,
     ``train_reward``: the mean reward of the block's population or samples, starting with the
@@ -256,7 +267,7 @@ def finetune(
         state, train_reward = jax.block_until_ready(block_fn(state))
         elapsed += time.perf_counter() - t
         done += method.eval_every
-        acc = float(measure(state))
+        acc = float(measure(state)) if curve else float("nan")
         for name, value in zip(history, (done, elapsed, acc, float(train_reward)), strict=True):
             history[name].append(value)
         if verbose and (len(history["updates"]) % 5 == 0):
@@ -265,6 +276,8 @@ def finetune(
                 f"train reward {float(train_reward):.3f}, held-out accuracy {acc:.3f}",
                 flush=True,
             )
+    if not curve:
+        history["accuracy"][-1] = float(measure(state))
     return {
         "method": method,
         "history": history,

@@ -1,0 +1,88 @@
+"""The seeded ES-vs-GRPO study's wiring (benchmarks/countdown_seeds.py, issue 42): Qiu's update
+rule as the methods run it, budgets turned into updates, the choice made on training problems,
+and the report's schema and intervals. Nothing is fine-tuned here."""
+
+import doctest
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the script imports `_common` as a sibling
+
+import countdown_seeds as cs  # noqa: E402
+
+from jaxes_examples.countdown import finetune  # noqa: E402
+
+
+def test_the_scripts_examples_hold():
+    assert doctest.testmod(cs).failed == 0
+
+
+def test_qiu_method_steps_alpha_times_the_mean_of_z_scored_rewards_times_noise():
+    """θ' = θ + α (1/P) Σ zᵢ εᵢ (Qiu et al. 2025), with α = 5e-4 as the method sets it."""
+    study, _ = cs._methods()
+    qiu = study["ES Qiu"]
+    method = finetune.Method(**{**qiu.__dict__, "dtype": "float32"})  # the rule, not rounding
+    es = finetune.make_strategy(method)
+    theta = {"w": jnp.linspace(-1.0, 1.0, 12)}
+    state = es.init(jax.random.key(0), theta)
+    population, state = es.ask(jax.random.key(1), state)
+    fitness = jax.random.uniform(jax.random.key(2), (method.population,))
+    new, _ = es.tell(state, fitness)
+    eps = (population["w"] - theta["w"]) / method.sigma
+    z = (fitness - fitness.mean()) / fitness.std()
+    expected = theta["w"] + 5e-4 * jnp.mean(z[:, None] * eps, axis=0)
+    np.testing.assert_allclose(new.params["w"], expected, rtol=1e-4, atol=1e-9)
+
+
+def test_budgets_buy_whole_blocks_of_updates():
+    study, candidates = cs._methods()
+    qiu, grpo = study["ES Qiu"], candidates["GRPO tuned"][0]
+    assert cs.tokens_per_update(qiu) == 30 * 64 * 6  # members x prompts x answer tokens
+    assert cs.tokens_per_update(grpo) == 16 * 8 * 6  # prompts x group x answer tokens
+    runs = [{"phase": "time", "model": "small", "method": qiu.name, "train_seconds": 10.0,
+             "updates": 100}]  # fmt: skip
+    assert cs.budget_updates(qiu, runs, "small", "wall", 60.0) == 600
+    assert cs.budget_updates(qiu, runs, "small", "tokens", 1e6) == 17 * qiu.eval_every
+    with pytest.raises(SystemExit, match="run `time` first"):
+        cs.budget_updates(grpo, runs, "small", "wall", 60.0)
+
+
+def test_the_tuned_method_is_chosen_on_training_problems():
+    _, candidates = cs._methods()
+    runs = [
+        {"phase": "tune", "model": "small", "method": m.name, "train_accuracy": 0.1 * i,
+         "accuracy": 1.0 - 0.1 * i}  # held-out accuracy must not decide
+        for group in candidates.values() for i, m in enumerate(group)
+    ]  # fmt: skip
+    chosen = cs.tuned(runs, candidates)
+    assert chosen["ES best (as)"].name == candidates["ES best"][-1].name
+    assert chosen["GRPO tuned"].learning_rate == candidates["GRPO tuned"][-1].learning_rate
+    with pytest.raises(SystemExit, match="tune first"):
+        cs.tuned(runs[1:], candidates)
+
+
+def test_the_report_has_the_issues_schema_and_intervals(tmp_path):
+    rows = []
+    for seed, correct in zip([1, 2, 3], [100, 120, 140], strict=True):
+        rows.append({
+            "phase": "run", "model": "small", "method": "GRPO tuned", "seed": seed,
+            "budget": "wall", "budget_amount": 60.0, "updates": 10, "sampled_tokens": 7680,
+            "train_seconds": 1.0, "accuracy": correct / 2000, "correct": correct,
+            "test_problems": 2000, "start_accuracy": 0.05, "settings": {}, "cpu": "x",
+            "commit": "c",
+        })  # fmt: skip
+    methods = cs.report(rows)
+    got = methods["GRPO tuned | small | wall"]
+    assert got["seeds"] == [1, 2, 3] and got["accuracy"] == [0.05, 0.06, 0.07]
+    assert got["mean"] == pytest.approx(0.06) and got["sd"] == pytest.approx(0.01)
+    half = 4.303 * 0.01 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    assert got["interval"] == pytest.approx([0.06 - half, 0.06 + half])
+    lo, hi = got["pooled_wilson"]
+    assert lo < 360 / 6000 < hi
+    assert "| GRPO tuned | small | wall | 10 |" in cs.markdown(methods)
