@@ -143,6 +143,24 @@ def test_a_shorter_run_extended_by_resume_equals_the_whole_run(uninterrupted, tm
     assert_states_identical(final_state(uninterrupted)[1], final_state(out)[1])
 
 
+def test_a_second_run_with_the_same_seed_writes_the_same_metrics(uninterrupted, tmp_path):
+    """What reproducibility pins on one machine (docs/training.md, "Reproducibility"): the
+    same seed, settings and versions give the same numbers, line for line; only the wall
+    clock differs. The first run went through the CLI in its own process, this one in-process."""
+    out = tmp_path / "again"
+    with open(os.devnull, "w") as quiet:
+        train.train_config(TrainConfig.make(**TINY), str(out), stream=quiet, plot=False)
+
+    def numbers(run_dir):
+        lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in line.items() if k != "wall_time_s"} for line in lines]
+
+    first, second = numbers(uninterrupted), numbers(out)
+    assert len(first) == 20 and any(line.get("eval_return") is not None for line in first)
+    assert second == first
+    assert_states_identical(final_state(uninterrupted)[1], final_state(out)[1])
+
+
 def test_generation_step_composes_with_scan():
     strategy, task = build(TrainConfig.make(**TINY))
     state = training.init_state(strategy, task, seed=0)
