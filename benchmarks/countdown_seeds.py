@@ -288,6 +288,42 @@ def seed_summary(accuracy: list[float]) -> dict:
     return {"mean": mean, "sd": sd, "interval": [mean - half, mean + half]}
 
 
+def welch(a: list[float], b: list[float]) -> dict:
+    """The difference of two methods' means over seeds, mean(a) - mean(b), with its 95 %
+    Welch interval (unequal spreads; the seeds of two methods are not paired).
+
+    Example:
+      >>> d = welch([0.30, 0.32, 0.34], [0.10, 0.12, 0.14])
+      >>> round(d["difference"], 3), [round(x, 3) for x in d["interval"]]
+      (0.2, [0.155, 0.245])
+    """
+    va, vb = (seed_summary(x)["sd"] ** 2 / len(x) for x in (a, b))
+    se = math.sqrt(va + vb)
+    difference = sum(a) / len(a) - sum(b) / len(b)
+    if se == 0:
+        return {"difference": difference, "interval": [difference, difference]}
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    t = T95.get(max(1, min(9, math.floor(dof))), 1.96)
+    return {"difference": difference, "interval": [difference - t * se, difference + t * se]}
+
+
+def rankings(methods: dict) -> dict:
+    """Per model and budget: the method with the best mean, and its difference from each other
+    method with the Welch interval; an interval that holds 0 means the two are not told apart."""
+    out: dict[str, dict] = {}
+    cells: dict[str, dict] = {}
+    for name, m in methods.items():
+        method, model, budget = name.split(" | ")
+        cells.setdefault(f"{model} | {budget}", {})[method] = m["accuracy"]
+    for cell, by in sorted(cells.items()):
+        best = max(by, key=lambda k: sum(by[k]) / len(by[k]))
+        against = {k: welch(by[best], v) for k, v in by.items() if k != best}
+        for d in against.values():
+            d["told_apart"] = d["interval"][0] > 0
+        out[cell] = {"best": best, "against": against}
+    return out
+
+
 def report(runs: list[dict]) -> dict:
     """The judged runs grouped by method, model and budget."""
     groups: dict[str, list[dict]] = {}
@@ -337,8 +373,15 @@ def phase_report(args) -> None:
         "methods": methods, "seconds_per_update": timing, "tuning_train_accuracy": tuning,
         "cpu": sorted({r["cpu"] for r in runs}), "commits": sorted({r["commit"] for r in runs}),
     }  # fmt: skip
+    payload["rankings"] = rankings(methods)
     write_json(args.out, payload)
     print(markdown(methods))
+    for cell, r in payload["rankings"].items():
+        for other, d in r["against"].items():
+            lo, hi = d["interval"]
+            verdict = "ahead" if d["told_apart"] else "not told apart"
+            print(f"{cell}: {r['best']} - {other} = {d['difference']:+.3f} "
+                  f"[{lo:+.3f}, {hi:+.3f}]: {verdict}")  # fmt: skip
 
 
 def parse_seeds(text: str) -> list[int]:

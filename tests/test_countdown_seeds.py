@@ -86,3 +86,17 @@ def test_the_report_has_the_issues_schema_and_intervals(tmp_path):
     lo, hi = got["pooled_wilson"]
     assert lo < 360 / 6000 < hi
     assert "| GRPO tuned | small | wall | 10 |" in cs.markdown(methods)
+
+
+def test_rankings_tell_apart_only_what_the_seeds_separate():
+    methods = {
+        "GRPO tuned | small | wall": {"accuracy": [0.30, 0.31, 0.29, 0.30, 0.32]},
+        "ES best | small | wall": {"accuracy": [0.10, 0.12, 0.11, 0.09, 0.10]},
+        "ES Qiu | small | wall": {"accuracy": [0.05, 0.40, 0.20, 0.33, 0.28]},
+    }
+    got = cs.rankings(methods)["small | wall"]
+    assert got["best"] == "GRPO tuned"
+    assert got["against"]["ES best"]["told_apart"]  # a gap of 0.2 against sds of 0.01
+    assert not got["against"]["ES Qiu"]["told_apart"]  # a mean 0.05 lower, an sd of 0.14
+    d = got["against"]["ES best"]
+    assert d["difference"] == pytest.approx(0.20) and d["interval"][0] < 0.20 < d["interval"][1]
