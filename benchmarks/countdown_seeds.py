@@ -22,7 +22,8 @@ Phases, each appending finished runs to `--runs` (JSONL), so an interrupted sitt
 
   python benchmarks/countdown_seeds.py time   --model small|large [--methods ...]
   python benchmarks/countdown_seeds.py tune   --model small --wall 60
-  python benchmarks/countdown_seeds.py run    --model small --seeds 1-5 --wall 60 --tokens 2e6
+  python benchmarks/countdown_seeds.py run    --model small --seeds 1-5 --wall 60 --tokens 3e6
+  python benchmarks/countdown_seeds.py run    --model large --seeds 1-5 --wall 60 --budgets wall
   python benchmarks/countdown_seeds.py report [--out benchmarks/results/countdown_seeds.json]
 
 `report` writes `{"test_problems", "budget", "methods": {"<method> | <model> | <budget>":
@@ -242,7 +243,8 @@ def phase_run(args) -> None:
         for family, method in methods.items():
             # The wall budget is timed under the candidate's own name for the tuned methods.
             timed = chosen.get(family + " (as)", method)
-            for budget, amount in (("wall", args.wall), ("tokens", args.tokens)):
+            amounts = {"wall": args.wall, "tokens": args.tokens}
+            for budget, amount in ((b, amounts[b]) for b in args.budgets):
                 runs = read_runs(args.runs)
                 if _done(runs, "run", args.model, family, seed, budget):
                     continue
@@ -406,6 +408,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--wall", type=float, default=60.0, help="training seconds")
     parser.add_argument("--tokens", type=float, default=2e6, help="sampled answer tokens")
     parser.add_argument("--seeds", type=parse_seeds, default=[1, 2, 3, 4, 5])
+    parser.add_argument("--budgets", nargs="+", choices=("wall", "tokens"),
+                        default=["wall", "tokens"], help="run: which budgets")  # fmt: skip
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=RESULTS / "countdown_seeds.json")
     args = parser.parse_args(argv)
