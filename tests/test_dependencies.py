@@ -28,13 +28,22 @@ def canonical(name: str) -> str:
 
 def declared(extras: tuple[str, ...], distribution: str = "jaxes") -> set[str]:
     """A distribution's requirements (canonical names) for the core and the given extras, not
-    transitive."""
+    transitive, except that an extra naming the distribution's own extras (``dev`` asks for
+    ``jaxes[tensorboard,wandb,mlflow]``) brings theirs in."""
     names = set()
     for line in metadata.requires(distribution) or []:
         spec, _, marker = line.partition(";")
         extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
-        if extra is None or extra.group(1) in extras:
-            names.add(canonical(re.match(r"[A-Za-z0-9._-]+", spec.strip()).group(0)))
+        if extra is not None and extra.group(1) not in extras:
+            continue
+        requirement = re.match(r"\s*([A-Za-z0-9._-]+)\s*(?:\[([^\]]*)\])?", spec)
+        name = canonical(requirement.group(1))
+        wanted = tuple(e.strip() for e in (requirement.group(2) or "").split(",") if e.strip())
+        if name == canonical(distribution):
+            if set(wanted) - set(extras):
+                names |= declared(tuple(set(extras) | set(wanted)), distribution)
+        else:
+            names.add(name)
     return names
 
 
@@ -93,8 +102,24 @@ def test_the_examples_package_imports_only_jaxes_core_and_its_own_dependencies()
     assert undeclared(third_party(paths, set()), allowed) == []
 
 
+def test_an_extra_that_names_other_extras_of_jaxes_declares_theirs():
+    """``dev`` lists ``jaxes[tensorboard,wandb,mlflow]``: the suite's venv has the trackers, and
+    tests/test_loggers.py may import them."""
+    assert {"wandb", "mlflow-skinny", "tensorboardx"} <= declared(("dev",))
+    assert not {"wandb", "mlflow-skinny"} & declared(("plot",))
+
+
 def test_the_check_catches_an_undeclared_import(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import numpy\nimport pytest\n")
     imports = {m: {"tests/probe.py"} for m in top_level_imports(probe)}
     assert undeclared(imports, declared(())) == ["pytest (from pytest) imported by tests/probe.py"]
+
+
+def test_every_extra_of_the_library_is_one_require_knows():
+    """``jaxes.extras.MODULES`` names each optional feature's modules for the one-line error;
+    an extra in pyproject.toml it lacks gives ``require`` a ValueError instead."""
+    from jaxes.extras import MODULES
+
+    provided = set(metadata.metadata("jaxes").get_all("Provides-Extra") or [])
+    assert set(MODULES) == provided - {"dev", "bench"}

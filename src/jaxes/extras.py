@@ -20,6 +20,8 @@ MODULES = {
     "tensorboard": ("tensorboardX",),
     "wandb": ("wandb",),
     "mlflow": ("mlflow",),
+    # The progress line redrawn in place inside Jupyter (jaxes.training.progress).
+    "notebook": ("IPython",),
 }
 
 
