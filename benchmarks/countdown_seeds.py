@@ -326,6 +326,22 @@ def rankings(methods: dict) -> dict:
     return out
 
 
+def fixed_answer() -> dict:
+    """The held-out accuracy of writing one answer shape whatever the target
+    (``fixed_answer_accuracy``): the best such shape on the held-out set, and the one that is
+    best on the training problems (the one a model could learn) scored on the held-out set."""
+    from jaxes_examples.countdown import problems
+
+    train, test = problems.split(0, numbers=3, test_size=problems.TEST_PROBLEMS)
+    accuracy, answer = problems.fixed_answer_accuracy(test)
+    _, train_answer = problems.fixed_answer_accuracy(train)
+    order = [int(t[1:]) - 1 for t in train_answer.split()[::2]]
+    ops = [problems.OPS[t] for t in train_answer.split()[1::2]]
+    values = problems.evaluate([test[:, i] for i in order], ops)
+    return {"accuracy": accuracy, "answer": answer, "train_answer": train_answer,
+            "train_answer_accuracy": float((values == test[:, -1]).mean())}  # fmt: skip
+
+
 def report(runs: list[dict]) -> dict:
     """The judged runs grouped by method, model and budget."""
     groups: dict[str, list[dict]] = {}
@@ -376,8 +392,14 @@ def phase_report(args) -> None:
         "cpu": sorted({r["cpu"] for r in runs}), "commits": sorted({r["commit"] for r in runs}),
     }  # fmt: skip
     payload["rankings"] = rankings(methods)
+    payload["fixed_answer"] = fixed_answer()
     write_json(args.out, payload)
     print(markdown(methods))
+    floor = payload["fixed_answer"]
+    print(
+        f"fixed-answer floor: {floor['accuracy']:.4f} ({floor['answer']}, best on the "
+        f"held-out set); {floor['train_answer']} scores {floor['train_answer_accuracy']:.4f}"
+    )
     for cell, r in payload["rankings"].items():
         for other, d in r["against"].items():
             lo, hi = d["interval"]

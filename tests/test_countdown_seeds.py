@@ -100,3 +100,19 @@ def test_rankings_tell_apart_only_what_the_seeds_separate():
     assert not got["against"]["ES Qiu"]["told_apart"]  # a mean 0.05 lower, an sd of 0.14
     d = got["against"]["ES best"]
     assert d["difference"] == pytest.approx(0.20) and d["interval"][0] < 0.20 < d["interval"][1]
+
+
+def test_the_fixed_answer_floor_is_what_the_reward_gives_that_answer_everywhere():
+    from jaxes_examples.countdown import problems
+
+    floor = cs.fixed_answer()
+    _, test = problems.split(0, numbers=3, test_size=problems.TEST_PROBLEMS)
+    for key, answer in (("accuracy", "answer"), ("train_answer_accuracy", "train_answer")):
+        terms = floor[answer].split()
+        answers = np.stack([
+            problems.encode_answer(*(row[int(t[1:]) - 1] if t[0] == "n" else t for t in terms))
+            for row in test
+        ])  # fmt: skip
+        scored = problems.reward(problems.prompts_of(test), jnp.asarray(answers))
+        assert float(scored.mean()) == pytest.approx(floor[key])
+    assert floor["accuracy"] >= floor["train_answer_accuracy"] > 0

@@ -282,6 +282,31 @@ def solutions(*values: int) -> list[str]:
     return out
 
 
+def fixed_answer_accuracy(rows) -> tuple[float, str]:
+    """The best accuracy on problem rows ``(n₁, .., n_k, target)`` of a policy that ignores the
+    target and writes the same answer shape every time (the prompt's numbers in one fixed
+    order with fixed ops, e.g. ``n₁ + n₂ + n₃``), and that shape: the floor a fine-tuned model
+    must beat before it can be said to read the target at all.
+
+    Example:
+      >>> rows = np.array([[2, 3, 5], [4, 1, 5], [2, 3, 6], [1, 1, 0]])
+      >>> fixed_answer_accuracy(rows)
+      (0.5, 'n1 + n2')
+    """
+    rows = np.asarray(rows)
+    numbers, target = rows[:, :-1].T, rows[:, -1]
+    names = {op: name for name, op in OPS.items()}
+    best = (-1.0, "")
+    for order in itertools.permutations(range(len(numbers))):
+        for ops in itertools.product(OPS.values(), repeat=len(numbers) - 1):
+            hit = float(np.mean(evaluate([numbers[i] for i in order], ops) == target))
+            text = f"n{order[0] + 1}" + "".join(
+                f" {names[op]} n{i + 1}" for op, i in zip(ops, order[1:], strict=True)
+            )
+            best = max(best, (hit, text), key=lambda b: b[0])
+    return best
+
+
 def reward(prompts, tokens, stretch: int = 1, partial: bool = False) -> jax.Array:
     """``(N,)`` float32: 1 where ``tokens`` is an exact answer to ``prompts``, else 0.
 
