@@ -25,6 +25,7 @@ Phases, each appending finished runs to `--runs` (JSONL), so an interrupted sitt
   python benchmarks/countdown_seeds.py run    --model small --seeds 1-5 --wall 60 --tokens 3e6
   python benchmarks/countdown_seeds.py run    --model large --seeds 1-5 --wall 60 --budgets wall
   python benchmarks/countdown_seeds.py report [--out benchmarks/results/countdown_seeds.json]
+  python benchmarks/countdown_seeds.py shapes --model large --seeds 1 --wall 60   # what they write
 
 `report` writes `{"test_problems", "budget", "methods": {"<method> | <model> | <budget>":
 {"seeds", "accuracy", ...}}}` and prints the markdown table of docs/benchmarks.md: the mean
@@ -35,12 +36,14 @@ pooled answers.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
 
+import numpy as np
 from _common import RESULTS, cpu_model, git_revision, utc_now, write_json
 
 RUNS = Path.home() / ".cache" / "jaxes" / "countdown-seeds" / "runs.jsonl"
@@ -257,6 +260,57 @@ def phase_run(args) -> None:
                       f"({updates} updates)", flush=True)  # fmt: skip
 
 
+def answer_shapes(prompts, tokens) -> collections.Counter:
+    """How many answers take each shape: the numbers named by their place in the prompt
+    (``n1``-``n3``; ``?`` for a digit the prompt lacks), the ops as written.
+
+    Example:
+      >>> from jaxes_examples.countdown import problems as cd
+      >>> prompts = np.stack([cd.encode_prompt(3, 5, 7, 15), cd.encode_prompt(2, 1, 4, 7)])
+      >>> answers = [(7, "+", 3, "+", 5), (2, "+", 1, "+", 4)]
+      >>> tokens = np.stack([cd.encode_answer(*a) for a in answers])
+      >>> answer_shapes(prompts, tokens)
+      Counter({'n3 + n1 + n2': 1, 'n1 + n2 + n3': 1})
+    """
+    from jaxes_examples.countdown import problems
+
+    count = problems.numbers_of(prompts)
+    out = collections.Counter()
+    for prompt, answer in zip(np.asarray(prompts), np.asarray(tokens), strict=True):
+        numbers = list(prompt[1 : 1 + count])
+        words = [
+            (f"n{numbers.index(t) + 1}" if t in numbers else "?") if t < problems.DIGITS
+            else problems.NAMES[t]
+            for t in answer[: 2 * count - 1]
+        ]  # fmt: skip
+        out[" ".join(words)] += 1
+    return out
+
+
+def phase_shapes(args) -> None:
+    """What each study method writes on the held-out set after its wall budget, on the first
+    of ``--seeds``: the commonest answer shapes, and how many answers add all the numbers."""
+    from jaxes_examples.countdown import pretrain, problems
+
+    runs = read_runs(args.runs)
+    methods, chosen = study_methods(runs)
+    bench = Bench(args.model)
+    steps = problems.answer_len(1, 3)
+
+    def show(name: str, params) -> None:
+        shapes = answer_shapes(bench.test, pretrain.greedy(bench.model, params, bench.test, steps))
+        sums = sum(n for shape, n in shapes.items() if shape.count("+") == 2 and "?" not in shape)
+        print(f"{name}: sums of the three {sums} of {sum(shapes.values())}; "
+              f"commonest {shapes.most_common(4)}", flush=True)  # fmt: skip
+
+    show("pre-trained", bench.params)
+    for family, method in methods.items():
+        timed = chosen.get(family + " (as)", method)
+        updates = budget_updates(timed, runs, args.model, "wall", args.wall)
+        out = bench.finetune(method, seed=args.seeds[0], updates=updates)
+        show(f"{family} ({updates} updates, accuracy {out['accuracy']:.3f})", out["params"])
+
+
 # ------------------------------------------------------------------------------ the report
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -423,7 +477,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("time", "tune", "run", "report"))
+    parser.add_argument("phase", choices=("time", "tune", "run", "shapes", "report"))
     parser.add_argument("--model", choices=("small", "large"), default="small")
     parser.add_argument("--methods", nargs="+", help="time: only these names, or 'study'")
     parser.add_argument("--time-seconds", type=float, default=15.0)
@@ -441,9 +495,8 @@ def main(argv: list[str]) -> None:
 
     jax.config.update("jax_compilation_cache_dir", os.environ.get(
         "JAXES_CACHE_DIR", str(Path.home() / ".cache" / "jaxes" / "xla")))  # fmt: skip
-    {"time": phase_time, "tune": phase_tune, "run": phase_run, "report": phase_report}[args.phase](
-        args
-    )
+    phases = {"time": phase_time, "tune": phase_tune, "run": phase_run, "shapes": phase_shapes}
+    {**phases, "report": phase_report}[args.phase](args)
 
 
 if __name__ == "__main__":
