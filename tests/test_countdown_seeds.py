@@ -106,13 +106,17 @@ def test_the_fixed_answer_floor_is_what_the_reward_gives_that_answer_everywhere(
     from jaxes_examples.countdown import problems
 
     floor = cs.fixed_answer()
-    _, test = problems.split(0, numbers=3, test_size=problems.TEST_PROBLEMS)
-    for key, answer in (("accuracy", "answer"), ("train_answer_accuracy", "train_answer")):
-        terms = floor[answer].split()
+    train, test = problems.split(0, numbers=3, test_size=problems.TEST_PROBLEMS)
+    best, shape = problems.fixed_answer_accuracy(test)
+    _, train_shape = problems.fixed_answer_accuracy(train)
+    names = {op: name for name, op in problems.OPS.items()}
+    for key, (order, ops) in (("accuracy", shape), ("train_answer_accuracy", train_shape)):
         answers = np.stack([
-            problems.encode_answer(*(row[int(t[1:]) - 1] if t[0] == "n" else t for t in terms))
+            problems.encode_answer(row[order[0]], *(t for op, i in zip(ops, order[1:], strict=True)
+                                                    for t in (names[op], row[i])))
             for row in test
         ])  # fmt: skip
         scored = problems.reward(problems.prompts_of(test), jnp.asarray(answers))
         assert float(scored.mean()) == pytest.approx(floor[key])
+    assert floor["answer"] == problems.shape_text(*shape) and floor["accuracy"] == best
     assert floor["accuracy"] >= floor["train_answer_accuracy"] > 0

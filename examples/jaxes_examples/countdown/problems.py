@@ -282,29 +282,49 @@ def solutions(*values: int) -> list[str]:
     return out
 
 
-def fixed_answer_accuracy(rows) -> tuple[float, str]:
-    """The best accuracy on problem rows ``(n₁, .., n_k, target)`` of a policy that ignores the
-    target and writes the same answer shape every time (the prompt's numbers in one fixed
-    order with fixed ops, e.g. ``n₁ + n₂ + n₃``), and that shape: the floor a fine-tuned model
-    must beat before it can be said to read the target at all.
+def shape_accuracy(rows, order, ops) -> float:
+    """The accuracy on problem rows ``(n₁, .., n_k, target)`` of writing the prompt's numbers
+    in ``order`` (indices into them) with ``ops`` (op tokens), whatever the target.
+
+    Example:
+      >>> shape_accuracy(np.array([[2, 3, 5], [4, 1, 5], [2, 3, 7]]), (0, 1), (PLUS,))
+      0.6666666666666666
+    """
+    rows = np.asarray(rows)
+    return float(np.mean(evaluate([rows[:, i] for i in order], ops) == rows[:, -1]))
+
+
+def shape_text(order, ops) -> str:
+    """An answer shape as text, the numbers named by their place in the prompt.
+
+    Example:
+      >>> shape_text((2, 0, 1), (TIMES, PLUS))
+      'n3 * n1 + n2'
+    """
+    names = {op: name for name, op in OPS.items()}
+    rest = "".join(f" {names[op]} n{i + 1}" for op, i in zip(ops, order[1:], strict=True))
+    return f"n{order[0] + 1}{rest}"
+
+
+def fixed_answer_accuracy(rows) -> tuple[float, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The best ``shape_accuracy`` on problem rows of one answer shape ``(order, ops)``
+    written whatever the target, and that shape: the floor a fine-tuned model must beat before
+    it can be said to read the target at all.
 
     Example:
       >>> rows = np.array([[2, 3, 5], [4, 1, 5], [2, 3, 6], [1, 1, 0]])
-      >>> fixed_answer_accuracy(rows)
+      >>> accuracy, shape = fixed_answer_accuracy(rows)
+      >>> accuracy, shape_text(*shape)
       (0.5, 'n1 + n2')
     """
-    rows = np.asarray(rows)
-    numbers, target = rows[:, :-1].T, rows[:, -1]
-    names = {op: name for name, op in OPS.items()}
-    best = (-1.0, "")
-    for order in itertools.permutations(range(len(numbers))):
-        for ops in itertools.product(OPS.values(), repeat=len(numbers) - 1):
-            hit = float(np.mean(evaluate([numbers[i] for i in order], ops) == target))
-            text = f"n{order[0] + 1}" + "".join(
-                f" {names[op]} n{i + 1}" for op, i in zip(ops, order[1:], strict=True)
-            )
-            best = max(best, (hit, text), key=lambda b: b[0])
-    return best
+    k = np.asarray(rows).shape[1] - 1
+    shapes = [
+        (order, ops)
+        for order in itertools.permutations(range(k))
+        for ops in itertools.product(OPS.values(), repeat=k - 1)
+    ]
+    scored = [(shape_accuracy(rows, *shape), shape) for shape in shapes]
+    return max(scored, key=lambda item: item[0])
 
 
 def reward(prompts, tokens, stretch: int = 1, partial: bool = False) -> jax.Array:
