@@ -16,6 +16,7 @@ import jax
 
 from jaxes import evaluation
 from jaxes.collectives import gather_members
+from jaxes.noise import threefry
 from jaxes.types import Strategy, Task
 
 
@@ -69,7 +70,7 @@ def generation_step(
     per_shard = strategy.population_size // num_shards
 
     def step(ts: TrainState):
-        key, ask_key, eval_key = jax.random.split(ts.key, 3)
+        key, ask_key, eval_key = threefry.split(ts.key, 3)
         # Only members rebuilt in chunks are evaluated: ask's population is dead code for XLA.
         _, strategy_state = strategy.ask(ask_key, ts.strategy_state)
         first = 0 if axis_name is None else jax.lax.axis_index(axis_name) * per_shard

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
+from jaxes.noise import threefry
 from jaxes.noise.keys import base_key
 from jaxes.noise.sources import NoiseSource
 from jaxes.types import Params
@@ -110,7 +111,7 @@ def lowrank(rank: int = 1) -> NoiseSource:
         shapes = [factor_shapes(jnp.shape(x), rank) for x in leaves]
         sizes = [math.prod(s) for group in shapes for s in group]
         # One draw for every factor of every leaf: one RNG kernel, however many leaves.
-        flat = jax.random.normal(key, (sum(sizes),), jnp.float32)
+        flat = threefry.normal(key, (sum(sizes),), jnp.float32)
         out, at = [], 0
         for group in shapes:
             parts = []

@@ -12,6 +12,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxes.noise import threefry
+
 
 def noise_key(key) -> jax.Array:
     """A typed threefry key made from any key: typed keys of any PRNG implementation, or raw
@@ -47,7 +49,7 @@ def noise_key(key) -> jax.Array:
     words = data.reshape(-1)
     out = jax.random.wrap_key_data(words[:2], impl="threefry2x32")
     for w in range(2, words.shape[0]):
-        out = jax.random.fold_in(out, words[w])
+        out = threefry.fold_in(out, words[w])
     return out
 
 
@@ -59,4 +61,4 @@ def base_key(key, j) -> jax.Array:
       >>> bool(base_key(jax.random.key(1), 2) == jax.random.fold_in(jax.random.key(1), 2))
       True
     """
-    return jax.random.fold_in(noise_key(key), j)
+    return threefry.fold_in(noise_key(key), j)

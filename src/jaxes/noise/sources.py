@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
+from jaxes.noise import threefry
 from jaxes.noise.keys import base_key, noise_key
 from jaxes.trees import num_params, unflatten_like
 from jaxes.types import Params, PRNGKey
@@ -93,7 +94,7 @@ def gaussian() -> NoiseSource:
     def sample(noise_state, key, j, params):
         del noise_state
         # One flat draw split over the leaves: one RNG kernel to compile, however many leaves.
-        flat = jax.random.normal(base_key(key, j), (num_params(params),), jnp.float32)
+        flat = threefry.normal(base_key(key, j), (num_params(params),), jnp.float32)
         return unflatten_like(flat, params)
 
     return NoiseSource(init, sample, "gaussian")
@@ -150,7 +151,7 @@ def read_windows(values: jax.Array, key, j, dim: int) -> jax.Array:
     """
     block, windows = table_layout(values.shape[0], dim)
     blocks = -(-dim // block)
-    start, stride = jax.random.bits(jax.random.fold_in(noise_key(key), _LAYOUT), (2, blocks))
+    start, stride = threefry.bits(threefry.fold_in(noise_key(key), _LAYOUT), (2, blocks))
     # uint32 arithmetic wraps mod 2^32, so the mask gives (a + j c) mod W exactly.
     j = jnp.asarray(j).astype(jnp.uint32)
     offsets = ((start + j * (stride | 1)) & (windows - 1)).astype(jnp.int32)
@@ -200,7 +201,7 @@ def noise_table(size: int | None = None, bases: int = 1) -> NoiseSource:
                 f"{min(2 * dim, 2 * MIN_EXPLICIT_BLOCK)}, or None (sized to the problem)"
             )
         # Elementwise only, so the table is bit-identical whether init runs eagerly or in jit.
-        return Table(jax.random.normal(key, (total,), jnp.float32))
+        return Table(threefry.normal(noise_key(key), (total,), jnp.float32))
 
     def sample(table, key, j, params):
         dim = num_params(params)
@@ -241,7 +242,7 @@ def gaussian_together(bases: int) -> NoiseSource:
 
     def sample(noise_state, key, j, params):
         del noise_state
-        block = jax.random.normal(noise_key(key), (bases, num_params(params)), jnp.float32)
+        block = threefry.normal(noise_key(key), (bases, num_params(params)), jnp.float32)
         return unflatten_like(block[j], params)
 
     return NoiseSource(init, sample, "gaussian")

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from jaxes import noise as noise_lib
 from jaxes import trees
+from jaxes.noise import threefry
 from jaxes.strategies import _state, _tell
 from jaxes.strategies._settings import NoiseSettings, make_perturbations
 from jaxes.strategies.base import EstimateStats
@@ -238,7 +239,7 @@ class Diagonal:
         return self.perturbations.antithetic
 
     def start(self, key, master):
-        table_key, ask_key = jax.random.split(noise_lib.noise_key(key))
+        table_key, ask_key = threefry.split(noise_lib.noise_key(key))
         return self.perturbations.source.init(table_key, master), ask_key
 
     def population(self, state, scale):

@@ -1,0 +1,85 @@
+"""jaxes.noise.threefry: the same bits as jax.random, drawn without XLA:CPU's rolled loop."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxes
+from jaxes.noise import threefry
+
+KEYS = [
+    jax.random.key(0),
+    jax.random.key(7),
+    jax.random.wrap_key_data(jnp.array([3, 2**32 - 1], jnp.uint32)),
+]
+SHAPES = [(), (1,), (7,), (4, 3), (3, 5, 2)]
+
+
+def as_bits(x):
+    return np.asarray(x).reshape(-1).view(np.uint8)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_normal_is_jax_random_normal_bit_for_bit(dtype):
+    for key in KEYS:
+        for shape in SHAPES:
+            expected = as_bits(jax.random.normal(key, shape, dtype))
+            np.testing.assert_array_equal(as_bits(threefry.normal(key, shape, dtype)), expected)
+    jitted = jax.jit(lambda k: threefry.normal(k, (16, 10), dtype))
+    np.testing.assert_array_equal(
+        as_bits(jitted(KEYS[1])), as_bits(jax.random.normal(KEYS[1], (16, 10), dtype))
+    )
+
+
+def test_bits_fold_in_and_split_are_jax_randoms():
+    for key in KEYS:
+        for shape in SHAPES:
+            np.testing.assert_array_equal(threefry.bits(key, shape), jax.random.bits(key, shape))
+        for data in [0, 1, 12345, 2**32 - 1]:
+            np.testing.assert_array_equal(
+                jax.random.key_data(threefry.fold_in(key, data)),
+                jax.random.key_data(jax.random.fold_in(key, data)),
+            )
+        for num in [1, 2, 5]:
+            np.testing.assert_array_equal(
+                jax.random.key_data(threefry.split(key, num)),
+                jax.random.key_data(jax.random.split(key, num)),
+            )
+
+
+def test_a_vmapped_draw_over_keys_is_each_keys_own():
+    keys = jax.random.split(KEYS[0], 6)
+    ours = jax.vmap(lambda j: threefry.normal(threefry.fold_in(KEYS[1], j), (5,)))(jnp.arange(6))
+    theirs = jax.vmap(lambda j: jax.random.normal(jax.random.fold_in(KEYS[1], j), (5,)))(
+        jnp.arange(6)
+    )
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(
+        jax.vmap(lambda k: threefry.normal(k, (3,)))(keys),
+        jax.vmap(lambda k: jax.random.normal(k, (3,)))(keys),
+    )
+
+
+def test_without_partitionable_threefry_it_is_still_jax_random():
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        key = KEYS[1]
+        np.testing.assert_array_equal(threefry.normal(key, (4, 3)), jax.random.normal(key, (4, 3)))
+        np.testing.assert_array_equal(threefry.bits(key, (9,)), jax.random.bits(key, (9,)))
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+
+
+def test_a_small_tell_compiles_without_a_loop():
+    """What the module is for: XLA:CPU gets no while loop (one per threefry draw before)."""
+    es = jaxes.snes(16, 0.05)
+    state = jax.eval_shape(
+        lambda: es.ask(jax.random.key(1), es.init(jax.random.key(0), jnp.ones(10)))[1]
+    )
+    text = jax.jit(es.tell).lower(state, jax.ShapeDtypeStruct((16,), jnp.float32)).as_text()
+    assert "stablehlo.while" not in text
+    assert (
+        "stablehlo.while"
+        in jax.jit(lambda k: jax.random.normal(k, (16, 10))).lower(KEYS[0]).as_text()
+    )
