@@ -4,7 +4,8 @@ against evosax's, at a small d and P where a generation is well under a millisec
 What it measures, in one process: `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) and
 `jax.jit(E.ask)`, `jax.jit(E.tell)` (evosax), each with and without the state donated, and
 `jax.jit(lambda state: state)` on each library's state (what a call costs for its leaves
-alone). Every part is called 100 times to warm up, then 1,000 times in a timed block ended by
+alone), and each `tell` jitted to return its state only (what its diagnostics' outputs
+cost). Every part is called 100 times to warm up, then 1,000 times in a timed block ended by
 `jax.block_until_ready` on each call; the blocks of all parts alternate, 5 rounds, and the
 median µs per call is printed. `benchmarks/regimes.py` times whole generations; this script
 says which part of a small one costs what.
@@ -60,6 +61,9 @@ def parts(strategy: str, d: int, population: int, donate: bool) -> dict:
     j_tell = jax.jit(es.tell, **donated)
     e_ask = jax.jit(lambda s, k: ev.ask(k, s, ev_params), **donated)
     e_tell = jax.jit(lambda s, k, x, f: ev.tell(k, x, f, s, ev_params), **donated)
+    # tell without its diagnostics: what the outputs beyond the state cost a call.
+    j_tell_state = jax.jit(lambda s, f: es.tell(s, f)[0], **donated)
+    e_tell_state = jax.jit(lambda s, k, x, f: ev.tell(k, x, f, s, ev_params)[0], **donated)
     same = jax.jit(lambda s: s, **donated)
     held = {"jaxes": es.init(jax.random.key(0), jnp.ones(d)), "evosax": ev_state}
     members = {  # drawn without donation, so the held states stay valid
@@ -83,6 +87,10 @@ def parts(strategy: str, d: int, population: int, donate: bool) -> dict:
         "jaxes tell": call("jaxes", lambda s: j_tell(s, fitness["jaxes"])[0]),
         "evosax tell": call(
             "evosax", lambda s: e_tell(s, key, members["evosax"], fitness["evosax"])[0]
+        ),
+        "jaxes tell, state out": call("jaxes", lambda s: j_tell_state(s, fitness["jaxes"])),
+        "evosax tell, state out": call(
+            "evosax", lambda s: e_tell_state(s, key, members["evosax"], fitness["evosax"])
         ),
         "jaxes state round trip": call("jaxes", same),
         "evosax state round trip": call("evosax", same),
