@@ -4,11 +4,13 @@ against evosax's, at a small d and P where a generation is well under a millisec
 What it measures, in one process: `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) and
 `jax.jit(E.ask)`, `jax.jit(E.tell)` (evosax), each with and without the state donated, and
 `jax.jit(lambda state: state)` on each library's state (what a call costs for its leaves
-alone), and each `tell` jitted to return its state only (what its diagnostics' outputs
-cost). Every part is called 100 times to warm up, then 1,000 times in a timed block ended by
-`jax.block_until_ready` on each call; the blocks of all parts alternate, 5 rounds, and the
-median µs per call is printed. `benchmarks/regimes.py` times whole generations; this script
-says which part of a small one costs what.
+alone), and each `tell` jitted to return its state only (what its diagnostics cost) or its
+info stacked into one array (what eleven outputs cost over one); last, whole generations of
+separate calls left to run asynchronously, as `benchmarks/regimes.py` times them, with each
+of those three `tell`s. Every part is called 100 times to warm up, then 1,000 times in a
+timed block ended by `jax.block_until_ready` on each call; the blocks of all parts alternate,
+5 rounds, and the median µs per call is printed. `benchmarks/regimes.py` times whole
+generations; this script says which part of a small one costs what.
 
 Run:
   .venv/bin/python benchmarks/call_parts.py                 # snes, d = 10, P = 16
@@ -63,6 +65,7 @@ def parts(strategy: str, d: int, population: int, donate: bool) -> dict:
     e_tell = jax.jit(lambda s, k, x, f: ev.tell(k, x, f, s, ev_params), **donated)
     # tell without its diagnostics: what the outputs beyond the state cost a call.
     j_tell_state = jax.jit(lambda s, f: es.tell(s, f)[0], **donated)
+    j_tell_stacked = jax.jit(lambda s, f: stacked_info(es.tell(s, f)), **donated)
     e_tell_state = jax.jit(lambda s, k, x, f: ev.tell(k, x, f, s, ev_params)[0], **donated)
     same = jax.jit(lambda s: s, **donated)
     held = {"jaxes": es.init(jax.random.key(0), jnp.ones(d)), "evosax": ev_state}
@@ -89,12 +92,50 @@ def parts(strategy: str, d: int, population: int, donate: bool) -> dict:
             "evosax", lambda s: e_tell(s, key, members["evosax"], fitness["evosax"])[0]
         ),
         "jaxes tell, state out": call("jaxes", lambda s: j_tell_state(s, fitness["jaxes"])),
+        "jaxes tell, info stacked": call("jaxes", lambda s: j_tell_stacked(s, fitness["jaxes"])[0]),
         "evosax tell, state out": call(
             "evosax", lambda s: e_tell_state(s, key, members["evosax"], fitness["evosax"])
         ),
         "jaxes state round trip": call("jaxes", same),
         "evosax state round trip": call("evosax", same),
     }
+
+
+def stacked_info(told):
+    """``(state, info)`` with the info's scalars in one float32 array: one output, not eleven."""
+    state, info = told
+    return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in info])
+
+
+def time_loops(strategy: str, d: int, population: int, rounds: int = 5, gens: int = 2000):
+    """µs per generation of separate `ask`, fitness and `tell` calls left to run asynchronously
+    (as `regimes.py` times them), with `tell` returning its info, the info stacked, or none."""
+    es = libraries(strategy, d, population)[0]
+    ask = jax.jit(lambda s, k: es.ask(k, s))
+    fit = jax.jit(jax.vmap(lambda x: -jnp.sum(x**2)))
+    tells = {
+        "info": jax.jit(es.tell),
+        "info stacked": jax.jit(lambda s, f: stacked_info(es.tell(s, f))),
+        "state only": jax.jit(lambda s, f: (es.tell(s, f)[0], None)),
+    }
+    start_state = es.init(jax.random.key(0), jnp.ones(d))
+    keys = jax.random.split(jax.random.key(1), gens)
+
+    def loop(tell, n):
+        state = start_state
+        for i in range(n):
+            population, state = ask(state, keys[i])
+            state, _ = tell(state, fit(population))
+        jax.block_until_ready(state)
+
+    times = {name: [] for name in tells}
+    for _ in range(rounds):
+        for name, tell in tells.items():
+            loop(tell, 100)
+            begin = time.perf_counter()
+            loop(tell, gens)
+            times[name].append((time.perf_counter() - begin) / gens * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def time_parts(calls: dict, rounds: int = 5, warmup: int = 100, block: int = 1000) -> dict:
@@ -128,6 +169,9 @@ def main() -> None:
         print("donated" if donate else "not donated")
         for name, us in time_parts(parts(args.strategy, args.d, args.P, donate)).items():
             print(f"  {name:24s} {us:8.1f} µs")
+    print("a generation of separate calls, not blocked between them; tell returning")
+    for name, us in time_loops(args.strategy, args.d, args.P).items():
+        print(f"  {name:24s} {us:8.1f} µs")
 
 
 if __name__ == "__main__":
