@@ -7,7 +7,8 @@ What it measures, in one process: `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) 
 alone), and each `tell` jitted to return its state only (what its diagnostics cost) or its
 info stacked into one array (what eleven outputs cost over one); last, whole generations of
 separate calls left to run asynchronously, as `benchmarks/regimes.py` times them, with each
-of those three `tell`s. Every part is called 100 times to warm up, then 1,000 times in a
+of those three `tell`s, and `generation_step` likewise with its metrics, stacked or left
+out. Every part is called 100 times to warm up, then 1,000 times in a
 timed block ended by `jax.block_until_ready` on each call; the blocks of all parts alternate,
 5 rounds, and the median µs per call is printed. `benchmarks/regimes.py` times whole
 generations; this script says which part of a small one costs what.
@@ -32,6 +33,9 @@ import optax
 from evosax import algorithms
 
 import jaxes
+from jaxes.step import generation_step
+from jaxes.tasks.functions import function_task
+from jaxes.training import init_state
 
 EVOSAX = {"open_es": "Open_ES", "snes": "SNES", "sep_cma_es": "Sep_CMA_ES"}
 
@@ -138,6 +142,40 @@ def time_loops(strategy: str, d: int, population: int, rounds: int = 5, gens: in
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def time_steps(strategy: str, d: int, population: int, rounds: int = 5, gens: int = 2000):
+    """µs per call of `jaxes.step.generation_step` (sphere task, state donated, calls left to
+    run asynchronously) returning its metrics dict, the metrics stacked into one array, or
+    none: what its fifteen scalar metrics cost a call made one generation at a time."""
+    es = libraries(strategy, d, population)[0]
+    task = function_task("sphere", d)
+    step = generation_step(es, task)
+
+    def stacked(ts):
+        ts, metrics = step(ts)
+        return ts, jnp.stack([jnp.asarray(v, jnp.float32) for v in metrics.values()])
+
+    steps = {
+        "metrics": jax.jit(step, donate_argnums=0),
+        "metrics stacked": jax.jit(stacked, donate_argnums=0),
+        "no metrics": jax.jit(lambda ts: (step(ts)[0], None), donate_argnums=0),
+    }
+
+    def loop(fn, n):
+        ts = init_state(es, task, seed=0)
+        for _ in range(n):
+            ts, _ = fn(ts)
+        jax.block_until_ready(ts)
+
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            loop(fn, 100)
+            begin = time.perf_counter()
+            loop(fn, gens)
+            times[name].append((time.perf_counter() - begin) / gens * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def time_parts(calls: dict, rounds: int = 5, warmup: int = 100, block: int = 1000) -> dict:
     """Median µs per call of each part, the parts' blocks alternating."""
     times = {name: [] for name in calls}
@@ -171,6 +209,9 @@ def main() -> None:
             print(f"  {name:24s} {us:8.1f} µs")
     print("a generation of separate calls, not blocked between them; tell returning")
     for name, us in time_loops(args.strategy, args.d, args.P).items():
+        print(f"  {name:24s} {us:8.1f} µs")
+    print("generation_step, one generation a call, returning")
+    for name, us in time_steps(args.strategy, args.d, args.P).items():
         print(f"  {name:24s} {us:8.1f} µs")
 
 
