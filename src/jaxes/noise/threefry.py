@@ -34,7 +34,7 @@ def _rotate_left(x: jax.Array, r: int) -> jax.Array:
     return jax.lax.shift_left(x, np.uint32(r)) | jax.lax.shift_right_logical(x, np.uint32(32 - r))
 
 
-def hash_2x32(k1, k2, x1, x2) -> tuple[jax.Array, jax.Array]:
+def _hash_2x32(k1, k2, x1, x2) -> tuple[jax.Array, jax.Array]:
     """Threefry-2x32 of the counter words ``(x1, x2)`` under the key ``(k1, k2)`` (uint32)."""
     schedule = (k1, k2, k1 ^ k2 ^ _PARITY)
     x1, x2 = x1 + schedule[0], x2 + schedule[1]
@@ -74,7 +74,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     if not _unrolled(key) or jnp.ndim(key):
         return jax.random.fold_in(key, data)
     k1, k2 = _words(key)
-    b1, b2 = hash_2x32(k1, k2, jnp.zeros((), jnp.uint32), jnp.asarray(data, dtype=jnp.uint32))
+    b1, b2 = _hash_2x32(k1, k2, jnp.zeros((), jnp.uint32), jnp.asarray(data, dtype=jnp.uint32))
     return jax.random.wrap_key_data(jnp.stack([b1, b2]), impl="threefry2x32")
 
 
@@ -83,14 +83,14 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
     if not _unrolled(key) or jnp.ndim(key):
         return jax.random.split(key, num)
     k1, k2 = _words(key)
-    b1, b2 = hash_2x32(k1, k2, jnp.zeros((num,), jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
+    b1, b2 = _hash_2x32(k1, k2, jnp.zeros((num,), jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
     return jax.random.wrap_key_data(jnp.stack([b1, b2], axis=1), impl="threefry2x32")
 
 
 def _bits(key: jax.Array, width: int, shape: tuple[int, ...]) -> jax.Array:
     k1, k2 = _words(key)
     counter = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-    b1, b2 = hash_2x32(k1, k2, jnp.zeros(shape, jnp.uint32), counter)
+    b1, b2 = _hash_2x32(k1, k2, jnp.zeros(shape, jnp.uint32), counter)
     if width == 64:
         wide = jnp.uint64
         return jax.lax.shift_left(b1.astype(wide), wide(32)) | b2.astype(wide)
@@ -120,7 +120,7 @@ def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Arr
         return jax.random.normal(key, shape, dtype)
     # jax.random.uniform on [nextafter(-1, 0), 1), then √2 erf⁻¹, as jax.random.normal does.
     info = jnp.finfo(dtype)
-    width = max(info.bits, 8) if info.nmant >= 8 else 8
+    width = info.bits if info.nmant >= 8 else 8  # as jax.random.uniform draws them
     word = _bits(key, width, shape).astype(jnp.dtype(f"uint{info.bits}"))
     one = np.array(1.0, dtype)
     mantissa = jax.lax.shift_right_logical(word, np.array(width - info.nmant, word.dtype))
