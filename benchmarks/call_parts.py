@@ -23,6 +23,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 import warnings
@@ -111,6 +112,19 @@ def stacked_info(told):
     return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in info])
 
 
+def median_us(loops: dict, rounds: int, count: int) -> dict:
+    """Median µs per unit of each ``loop(n)`` (``n`` units: generations or calls), each warmed
+    up with 100 units, the loops alternating."""
+    times = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            loop(100)
+            begin = time.perf_counter()
+            loop(count)
+            times[name].append((time.perf_counter() - begin) / count * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def time_loops(strategy: str, d: int, population: int, rounds: int = 5, gens: int = 2000):
     """µs per generation of separate `ask`, fitness and `tell` calls left to run asynchronously
     (as `regimes.py` times them), with `tell` returning its info, the info stacked, or none."""
@@ -132,14 +146,9 @@ def time_loops(strategy: str, d: int, population: int, rounds: int = 5, gens: in
             state, _ = tell(state, fit(population))
         jax.block_until_ready(state)
 
-    times = {name: [] for name in tells}
-    for _ in range(rounds):
-        for name, tell in tells.items():
-            loop(tell, 100)
-            begin = time.perf_counter()
-            loop(tell, gens)
-            times[name].append((time.perf_counter() - begin) / gens * 1e6)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return median_us(
+        {name: functools.partial(loop, tell) for name, tell in tells.items()}, rounds, gens
+    )
 
 
 def time_steps(strategy: str, d: int, population: int, rounds: int = 5, gens: int = 2000):
@@ -166,14 +175,9 @@ def time_steps(strategy: str, d: int, population: int, rounds: int = 5, gens: in
             ts, _ = fn(ts)
         jax.block_until_ready(ts)
 
-    times = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, fn in steps.items():
-            loop(fn, 100)
-            begin = time.perf_counter()
-            loop(fn, gens)
-            times[name].append((time.perf_counter() - begin) / gens * 1e6)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return median_us(
+        {name: functools.partial(loop, fn) for name, fn in steps.items()}, rounds, gens
+    )
 
 
 def time_parts(calls: dict, rounds: int = 5, warmup: int = 100, block: int = 1000) -> dict:
