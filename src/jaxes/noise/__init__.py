@@ -7,6 +7,8 @@ base perturbation ``ε_j`` is a pure function of ``(noise_state, fold_in(key, j)
 
 The package, one job a module:
   * ``keys``: ``noise_key`` (any key to one threefry key) and ``base_key``;
+  * ``threefry``: ``jax.random``'s threefry draws with the hash written out (one fused kernel
+    on the CPU, where JAX runs a rolled loop), bit for bit the same numbers;
   * ``sources``: where ``ε_j`` comes from (``NoiseSource``; ``auto``, ``noise_table``,
     ``gaussian``, ``gaussian_together``; the table's size and layout; ``NOISE_SOURCES``);
   * ``factors``: rank-``r`` perturbations kept as factors (``lowrank(rank)``, the source;
