@@ -79,7 +79,6 @@ def test_a_small_tell_compiles_without_a_loop():
     )
     text = jax.jit(es.tell).lower(state, jax.ShapeDtypeStruct((16,), jnp.float32)).as_text()
     assert "stablehlo.while" not in text
-    assert (
-        "stablehlo.while"
-        in jax.jit(lambda k: jax.random.normal(k, (16, 10))).lower(KEYS[0]).as_text()
-    )
+    if jax.default_backend() == "cpu":  # JAX rolls the loop on the CPU only
+        rolled = jax.jit(lambda k: jax.random.normal(k, (16, 10))).lower(KEYS[0]).as_text()
+        assert "stablehlo.while" in rolled
