@@ -1,7 +1,8 @@
 """Per-call cost, part by part: one strategy's jitted `ask`, `tell` and a state round trip
 against evosax's, at a small d and P where a generation is well under a millisecond.
 
-What it measures, in one process: `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) and
+What it measures, in one process: first, the top-level kernels of each library's compiled
+`tell` (a small call pays per launch); then `jax.jit(es.ask)`, `jax.jit(es.tell)` (jaxes) and
 `jax.jit(E.ask)`, `jax.jit(E.tell)` (evosax), each with and without the state donated, and
 `jax.jit(lambda state: state)` on each library's state (what a call costs for its leaves
 alone), and each `tell` jitted to return its state only (what its diagnostics cost) or its
@@ -180,18 +181,43 @@ def time_steps(strategy: str, d: int, population: int, rounds: int = 5, gens: in
     )
 
 
-def time_parts(calls: dict, rounds: int = 5, warmup: int = 100, block: int = 1000) -> dict:
+def time_parts(calls: dict, rounds: int = 5, block: int = 1000) -> dict:
     """Median µs per call of each part, the parts' blocks alternating."""
-    times = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, run in calls.items():
-            for _ in range(warmup):
-                run()
-            start = time.perf_counter()
-            for _ in range(block):
-                run()
-            times[name].append((time.perf_counter() - start) / block * 1e6)
-    return {name: statistics.median(t) for name, t in times.items()}
+
+    def repeat(run, n):
+        for _ in range(n):
+            run()
+
+    loops = {name: functools.partial(repeat, run) for name, run in calls.items()}
+    return median_us(loops, rounds, block)
+
+
+def kernels(compiled) -> int:
+    """The kernels a compiled program launches at its top level (fusions, library calls,
+    copies, loops): what a small call pays per launch whatever their size."""
+    text = compiled.as_text()
+    entry = text[text.index("\nENTRY") :].split("\n}\n")[0]
+    launches = (
+        " fusion(",
+        " custom-call(",
+        " copy(",
+        " while(",
+        " conditional(",
+        " dot(",
+        " sort(",
+    )
+    return sum(any(op in line for op in launches) for line in entry.splitlines())
+
+
+def tell_kernels(strategy: str, d: int, population: int) -> tuple[int, int]:
+    """Top-level kernels of ``jax.jit(tell)`` for jaxes and for evosax."""
+    es, ev, ev_params, ev_state = libraries(strategy, d, population)
+    key, fitness = jax.random.key(1), jnp.zeros(population)
+    _, state = es.ask(key, es.init(jax.random.key(0), jnp.ones(d)))
+    members, ev_asked = ev.ask(key, ev_state, ev_params)
+    ours = jax.jit(es.tell).lower(state, fitness).compile()
+    theirs = jax.jit(ev.tell).lower(key, members, fitness, ev_asked, ev_params).compile()
+    return kernels(ours), kernels(theirs)
 
 
 def main() -> None:
@@ -205,7 +231,8 @@ def main() -> None:
     leaves = len(jax.tree.leaves(es.init(jax.random.key(0), jnp.ones(args.d))))
     print(
         f"{args.strategy}, d = {args.d}, P = {args.P}: state leaves jaxes {leaves}, "
-        f"evosax {len(jax.tree.leaves(ev_state))}"
+        f"evosax {len(jax.tree.leaves(ev_state))}; top-level kernels of a jitted tell: "
+        "jaxes {}, evosax {}".format(*tell_kernels(args.strategy, args.d, args.P))
     )
     for donate in (False, True):
         print("donated" if donate else "not donated")

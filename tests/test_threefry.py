@@ -61,6 +61,19 @@ def test_a_vmapped_draw_over_keys_is_each_keys_own():
     )
 
 
+def test_what_it_does_not_write_out_is_jax_randoms_own_answer():
+    raw = jax.random.PRNGKey(3)  # raw uint32 key data
+    np.testing.assert_array_equal(threefry.normal(raw, (4,)), jax.random.normal(raw, (4,)))
+    rbg = jax.random.key(3, impl="rbg")
+    np.testing.assert_array_equal(threefry.normal(rbg, (4,)), jax.random.normal(rbg, (4,)))
+    np.testing.assert_array_equal(
+        threefry.normal(KEYS[0], (2,), jnp.complex64),
+        jax.random.normal(KEYS[0], (2,), jnp.complex64),
+    )
+    with pytest.raises(ValueError, match="dtype"):
+        threefry.normal(KEYS[0], (2,), jnp.int32)
+
+
 def test_without_partitionable_threefry_it_is_still_jax_random():
     jax.config.update("jax_threefry_partitionable", False)
     try:

@@ -47,12 +47,15 @@ def _hash_2x32(k1, k2, x1, x2) -> tuple[jax.Array, jax.Array]:
     return x1, x2
 
 
-def _unrolled(key: jax.Array) -> bool:
-    """Whether the written-out hash gives ``jax.random``'s bits for this key."""
+def _written_out(key, size: int = 1) -> bool:
+    """Whether the written-out hash gives ``jax.random``'s bits for ``size`` values from this
+    key: one typed threefry key, partitionable counters, fewer than 2³² values."""
     return (
         bool(jax.config.jax_threefry_partitionable)
-        and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        and jnp.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key)
+        and jnp.ndim(key) == 0
         and str(jax.random.key_impl(key)) == "threefry2x32"
+        and size < _LARGEST_DRAW
     )
 
 
@@ -71,7 +74,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
       >>> bool((jax.random.key_data(ours) == jax.random.key_data(theirs)).all())
       True
     """
-    if not _unrolled(key) or jnp.ndim(key):
+    if not _written_out(key):
         return jax.random.fold_in(key, data)
     k1, k2 = _words(key)
     b1, b2 = _hash_2x32(k1, k2, jnp.zeros((), jnp.uint32), jnp.asarray(data, dtype=jnp.uint32))
@@ -80,7 +83,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
 
 def split(key: jax.Array, num: int = 2) -> jax.Array:
     """``jax.random.split(key, num)``."""
-    if not _unrolled(key) or jnp.ndim(key):
+    if not _written_out(key):
         return jax.random.split(key, num)
     k1, k2 = _words(key)
     b1, b2 = _hash_2x32(k1, k2, jnp.zeros((num,), jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
@@ -101,7 +104,7 @@ def _bits(key: jax.Array, width: int, shape: tuple[int, ...]) -> jax.Array:
 def bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """``jax.random.bits(key, shape)`` (uint32)."""
     shape = tuple(shape)
-    if not _unrolled(key) or jnp.ndim(key) or math.prod(shape) >= _LARGEST_DRAW:
+    if not _written_out(key, math.prod(shape)):
         return jax.random.bits(key, shape)
     return _bits(key, 32, shape)
 
@@ -115,9 +118,10 @@ def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Arr
       >>> bool(jnp.all(normal(k, (4, 3)) == jax.random.normal(k, (4, 3))))
       True
     """
-    shape, dtype = tuple(shape), jnp.dtype(dtype)
-    if not _unrolled(key) or jnp.ndim(key) or math.prod(shape) >= _LARGEST_DRAW:
-        return jax.random.normal(key, shape, dtype)
+    shape = tuple(shape)
+    if not (_written_out(key, math.prod(shape)) and jnp.issubdtype(dtype, jnp.floating)):
+        return jax.random.normal(key, shape, dtype)  # and its errors, for a dtype it refuses
+    dtype = jnp.dtype(dtype)
     # jax.random.uniform on [nextafter(-1, 0), 1), then √2 erf⁻¹, as jax.random.normal does.
     info = jnp.finfo(dtype)
     width = info.bits if info.nmant >= 8 else 8  # as jax.random.uniform draws them
