@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -64,3 +65,50 @@ def test_z_score_and_raw():
 def test_unknown_shaping_names_allowed():
     with pytest.raises(ValueError, match="fitness_shaping.*centered_rank"):
         shaping.get_shaping("rank")
+
+
+def _tie_span_by_two_sums(f):
+    below = np.sum(f[None, :] < f[:, None], axis=1)
+    return below, below + np.sum(f[None, :] == f[:, None], axis=1) - 1
+
+
+@pytest.mark.parametrize("p", [2, 17, 1024])
+def test_tie_span_packed_counts_match_two_sums(p):
+    # The packed single sum must not spill between its two counts, up to the largest P it
+    # serves (all members tied is the largest "equal" count).
+    rng = np.random.default_rng(p)
+    for f in (rng.integers(0, 5, p).astype(np.float32), np.zeros(p, np.float32)):
+        low, high = shaping._tie_span(jnp.asarray(f))
+        want_low, want_high = _tie_span_by_two_sums(f)
+        np.testing.assert_array_equal(low, want_low)
+        np.testing.assert_array_equal(high, want_high)
+
+
+@pytest.mark.parametrize("name", ["log_rank", "cma"])
+def test_per_rank_tables_are_program_constants(name):
+    # Tables that depend on P alone enter the program as constants: no log or cumulative sum
+    # runs per call. Values: the float64 formula, rounded once.
+    fitness = jnp.array([0.0, 3.0, 1.0, 2.0, 3.0, -1.0])
+    fn = shaping.log_rank_utilities if name == "log_rank" else shaping.recombination_weights(3)
+    text = jax.jit(fn).lower(fitness).as_text()
+    assert "stablehlo.log" not in text and "reduce_window" not in text
+    k = np.arange(1.0, 7.0)
+    if name == "log_rank":
+        raw = np.maximum(0.0, np.log(4.0) - np.log(k))
+        per_rank = raw / raw.sum() - 1 / 6
+    else:
+        raw = np.where(k <= 3, np.log(3.5) - np.log(k), 0.0)
+        per_rank = raw / raw.sum()
+    # Best first: members 1 and 4 tie for ranks 0-1, then 3, 2, 0, 5.
+    want = np.array(
+        [per_rank[4], (per_rank[0] + per_rank[1]) / 2, per_rank[3], per_rank[2], 0, per_rank[5]]
+    )
+    want[4] = want[1]
+    np.testing.assert_allclose(fn(fitness), want, rtol=1e-6, atol=1e-7)
+
+
+def test_traced_per_rank_table_still_works():
+    per_rank = jnp.array([0.75, 0.25, 0.0, -0.5])
+    fitness = jnp.array([1.0, 4.0, 2.0, 2.0])
+    traced = jax.jit(lambda w, f: shaping.rank_weights(w)(f))(per_rank, fitness)
+    np.testing.assert_array_equal(traced, shaping.rank_weights(per_rank)(fitness))

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 Shaping = Callable[[jnp.ndarray], jnp.ndarray]
 
@@ -25,13 +27,19 @@ def _dtype(fitness: jnp.ndarray) -> jnp.dtype:
 # Up to this many members ties are found by comparing every pair (one fused kernel); above
 # it, by binary search in the sorted fitness (a loop, cheaper than P² comparisons).
 _COMPARE_ALL_MAX = 1024
+# Both counts of a pair comparison in one integer sum: "below" in the low bits, "equal" above
+# them (P <= 1024 < 2^11, so neither spills and P·2^11 + P fits an int32).
+_EQUAL_SHIFT = 11
 
 
 def _tie_span(f: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """For each member, the first and last ascending positions of its tie group."""
     if f.shape[0] <= _COMPARE_ALL_MAX:
-        below = jnp.sum(f[None, :] < f[:, None], axis=1)
-        return below, below + jnp.sum(f[None, :] == f[:, None], axis=1) - 1
+        # One reduction, not two: at a small P each is a kernel whose launch outweighs it.
+        below, equal = f[None, :] < f[:, None], f[None, :] == f[:, None]
+        packed = jnp.sum(below.astype(jnp.int32) | (equal.astype(jnp.int32) << _EQUAL_SHIFT), 1)
+        low = packed & ((1 << _EQUAL_SHIFT) - 1)
+        return low, low + (packed >> _EQUAL_SHIFT) - 1
     ordered = jnp.sort(f)
     return (
         jnp.searchsorted(ordered, f, side="left"),
@@ -88,13 +96,29 @@ def raw(fitness: jnp.ndarray) -> jnp.ndarray:
     return _finite_or_worst(fitness)
 
 
-def _by_rank(fitness: jnp.ndarray, per_rank: jnp.ndarray) -> jnp.ndarray:
+def _cumulative(per_rank, dtype) -> jnp.ndarray:
+    """``[0, w_0, w_0 + w_1, ...]`` for the per-rank values ``w``, in ``dtype``.
+
+    A table known when the shaping is traced (it depends on P alone) is summed in float64 by
+    NumPy and rounded once: a constant of the program, the same on every backend. Computed in
+    the program it cost about ten tiny kernels a call (a log, a sum, a cumulative sum), each
+    launched for more than it computes at a small P. A traced table is summed in the program.
+    """
+    try:
+        table = np.asarray(per_rank, np.float64)
+    except jax.errors.TracerArrayConversionError:
+        per_rank = jnp.asarray(per_rank, dtype)
+        return jnp.concatenate([jnp.zeros(1, dtype), jnp.cumsum(per_rank)])
+    return jnp.asarray(np.concatenate([[0.0], np.cumsum(table)]), dtype)
+
+
+def _by_rank(fitness: jnp.ndarray, per_rank) -> jnp.ndarray:
     """Gives member ``i`` the value ``per_rank[k]`` of its rank ``k`` (0 = best), averaged over
     the ranks a group of tied members spans; non-finite fitness ranks last."""
     f = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf).astype(_dtype(fitness))
     p = f.shape[0]
     low, high = _tie_span(f)  # ascending positions of the tie group
-    cumulative = jnp.concatenate([jnp.zeros(1, per_rank.dtype), jnp.cumsum(per_rank)])
+    cumulative = _cumulative(per_rank, f.dtype)
     # Best-first ranks of the group are P-1-high .. P-1-low.
     return (cumulative[p - low] - cumulative[p - 1 - high]) / (high - low + 1)
 
@@ -112,9 +136,8 @@ def log_rank_utilities(fitness: jnp.ndarray) -> jnp.ndarray:
       [-0.25, 0.48, -0.25, 0.02]
     """
     p = fitness.shape[0]
-    k = jnp.arange(1, p + 1, dtype=_dtype(fitness))
-    raw_u = jnp.maximum(0.0, jnp.log(p / 2.0 + 1.0) - jnp.log(k))
-    return _by_rank(fitness, raw_u / jnp.sum(raw_u) - 1.0 / p)
+    raw_u = np.maximum(0.0, np.log(p / 2.0 + 1.0) - np.log(np.arange(1.0, p + 1)))
+    return _by_rank(fitness, raw_u / np.sum(raw_u) - 1.0 / p)
 
 
 def rank_weights(per_rank: jnp.ndarray) -> Shaping:
@@ -128,7 +151,7 @@ def rank_weights(per_rank: jnp.ndarray) -> Shaping:
     """
 
     def weights(fitness: jnp.ndarray) -> jnp.ndarray:
-        return _by_rank(fitness, jnp.asarray(per_rank, _dtype(fitness)))
+        return _by_rank(fitness, per_rank)
 
     return weights
 
@@ -145,9 +168,9 @@ def recombination_weights(elite_size: int) -> Shaping:
     """
 
     def weights(fitness: jnp.ndarray) -> jnp.ndarray:
-        k = jnp.arange(1, fitness.shape[0] + 1, dtype=_dtype(fitness))
-        raw_w = jnp.where(k <= elite_size, jnp.log(elite_size + 0.5) - jnp.log(k), 0.0)
-        return _by_rank(fitness, raw_w / jnp.sum(raw_w))
+        k = np.arange(1.0, fitness.shape[0] + 1)
+        raw_w = np.where(k <= elite_size, np.log(elite_size + 0.5) - np.log(k), 0.0)
+        return _by_rank(fitness, raw_w / np.sum(raw_w))
 
     return weights
 

@@ -4,6 +4,7 @@ optimizer step, and the end of ``tell`` (best member, ``StrategyInfo``, the appl
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,37 +61,66 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     return optimizer.update(descent, state.opt_state, state.params)
 
 
-def informative(fitness: jax.Array) -> jax.Array:
-    """At least two distinct finite fitness values: the only case a ranking says anything."""
+class FitnessSummary(NamedTuple):
+    """What ``tell`` reads off a population's fitness: over the finite values their number,
+    mean, max and min (NaN if none is finite), and the best member (the first of the highest;
+    member 0 if none is finite)."""
+
+    count: jax.Array
+    mean: jax.Array
+    max: jax.Array
+    min: jax.Array
+    best_index: jax.Array
+
+    @property
+    def informative(self) -> jax.Array:
+        """At least two distinct finite values: the only case a ranking says anything."""
+        return self.max > self.min
+
+
+def _summary_step(x, y):
+    (c1, v1, i1, l1), (c2, v2, i2, l2) = x, y
+    first = (v1 > v2) | ((v1 == v2) & (i1 < i2))
+    return c1 + c2, jnp.where(first, v1, v2), jnp.where(first, i1, i2), jnp.minimum(l1, l2)
+
+
+def fitness_summary(fitness: jax.Array) -> FitnessSummary:
+    """``FitnessSummary`` of ``fitness``.
+
+    The count, max (with its index) and min are one variadic reduction, not four: at a small
+    population each reduction is its own kernel and its launch costs more than its work. The
+    sum stays ``jnp.sum``, whose pairwise order keeps the mean accurate at any P.
+    """
     finite = jnp.isfinite(fitness)
-    high = jnp.max(jnp.where(finite, fitness, -jnp.inf))
-    low = jnp.min(jnp.where(finite, fitness, jnp.inf))
-    return high > low
+    ranked = jnp.where(finite, fitness, -jnp.inf)
+    index = jnp.arange(fitness.shape[0], dtype=jnp.int32)
+    operands = (finite.astype(jnp.int32), ranked, index, jnp.where(finite, fitness, jnp.inf))
+    inf = jnp.asarray(jnp.inf, ranked.dtype)
+    init = (jnp.int32(0), -inf, jnp.int32(0), inf)
+    count, high, best, low = jax.lax.reduce(operands, init, _summary_step, (0,))
+    some = count > 0
+    total = jnp.sum(jnp.where(finite, fitness, 0.0))
+    return FitnessSummary(
+        count=count,
+        mean=jnp.where(some, total / jnp.where(some, count, 1), jnp.nan),
+        max=jnp.where(some, high, jnp.nan),
+        min=jnp.where(some, low, jnp.nan),
+        best_index=best,
+    )
 
 
-def finite_stats(fitness: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Mean, max and min over the finite fitness values (NaN if none is finite)."""
-    finite = jnp.isfinite(fitness)
-    count = jnp.sum(finite)
-    mean = jnp.where(count > 0, jnp.sum(jnp.where(finite, fitness, 0.0)) / count, jnp.nan)
-    fmax = jnp.where(count > 0, jnp.max(jnp.where(finite, fitness, -jnp.inf)), jnp.nan)
-    fmin = jnp.where(count > 0, jnp.min(jnp.where(finite, fitness, jnp.inf)), jnp.nan)
-    return mean, fmax, fmin
-
-
-def strategy_info(fitness, best_fitness, applied, update_norm, moments, sigma) -> StrategyInfo:
-    """``StrategyInfo`` for one ``tell``."""
-    f_mean, f_max, f_min = finite_stats(fitness)
+def strategy_info(summary, best_fitness, applied, update_norm, moments, sigma) -> StrategyInfo:
+    """``StrategyInfo`` for one ``tell`` (``summary``: its ``FitnessSummary``)."""
     positive = moments.total_mass > 0
     safe_total = jnp.where(positive, moments.total_mass, 1.0)
     sig_leaves = jax.tree.leaves(sigma)
     mean_sigma = sum(jnp.sum(x) for x in sig_leaves) / sum(jnp.size(x) for x in sig_leaves)
     return StrategyInfo(
-        fitness_mean=f_mean,
-        fitness_max=f_max,
-        fitness_min=f_min,
+        fitness_mean=summary.mean,
+        fitness_max=summary.max,
+        fitness_min=summary.min,
         best_fitness=best_fitness,
-        num_finite=jnp.sum(jnp.isfinite(fitness)).astype(jnp.int32),
+        num_finite=summary.count,
         applied=applied,
         update_norm=update_norm,
         # Norms of the summed moments, scaled after: no parameter-sized M - θ or c - θ is built.
@@ -147,13 +177,12 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     """
     fitness = jnp.asarray(fitness)
     pending = state.pending
-    applied = pending & informative(fitness)
-    ranked = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-    best_i = jnp.argmax(ranked).astype(jnp.int32)
-    improved = pending & (ranked[best_i] > state.best_fitness)
-    best = _best_member(state, best_i, improved, scale)
+    summary = fitness_summary(fitness)
+    applied = pending & summary.informative
+    improved = pending & (summary.max > state.best_fitness)
+    best = _best_member(state, summary.best_index, improved, scale)
     dtype = scalar_dtype(state)
-    best_fitness = jnp.where(improved, ranked[best_i], state.best_fitness).astype(dtype)
+    best_fitness = jnp.where(improved, summary.max, state.best_fitness).astype(dtype)
     names = tuple(jax.eval_shape(lambda: update()[1]))
     old = {name: getattr(state, name) for name in names}
 
@@ -165,7 +194,7 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     params, changes, update_norm = _when(
         applied, applied_update, (state.params, old, jnp.zeros((), dtype))
     )
-    info = strategy_info(fitness, best_fitness, applied, update_norm, moments, info_sigma)
+    info = strategy_info(summary, best_fitness, applied, update_norm, moments, info_sigma)
     new_state = state._replace(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
