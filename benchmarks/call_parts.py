@@ -209,15 +209,19 @@ def kernels(compiled) -> int:
     return sum(any(op in line for op in launches) for line in entry.splitlines())
 
 
-def tell_kernels(strategy: str, d: int, population: int) -> tuple[int, int]:
-    """Top-level kernels of ``jax.jit(tell)`` for jaxes and for evosax."""
+def tell_programs(strategy: str, d: int, population: int) -> tuple[tuple[int, int], ...]:
+    """``(top-level kernels, outputs)`` of ``jax.jit(tell)`` for jaxes and for evosax: each
+    output is a buffer a call allocates and hands back as an array."""
     es, ev, ev_params, ev_state = libraries(strategy, d, population)
     key, fitness = jax.random.key(1), jnp.zeros(population)
     _, state = es.ask(key, es.init(jax.random.key(0), jnp.ones(d)))
     members, ev_asked = ev.ask(key, ev_state, ev_params)
-    ours = jax.jit(es.tell).lower(state, fitness).compile()
-    theirs = jax.jit(ev.tell).lower(key, members, fitness, ev_asked, ev_params).compile()
-    return kernels(ours), kernels(theirs)
+    ours = jax.jit(es.tell).lower(state, fitness)
+    theirs = jax.jit(ev.tell).lower(key, members, fitness, ev_asked, ev_params)
+    return tuple(
+        (kernels(lowered.compile()), len(jax.tree.leaves(lowered.out_info)))
+        for lowered in (ours, theirs)
+    )
 
 
 def main() -> None:
@@ -229,10 +233,14 @@ def main() -> None:
     warnings.simplefilter("ignore")  # donated buffers a call cannot reuse
     es, _, _, ev_state = libraries(args.strategy, args.d, args.P)
     leaves = len(jax.tree.leaves(es.init(jax.random.key(0), jnp.ones(args.d))))
+    (our_kernels, our_outputs), (their_kernels, their_outputs) = tell_programs(
+        args.strategy, args.d, args.P
+    )
     print(
         f"{args.strategy}, d = {args.d}, P = {args.P}: state leaves jaxes {leaves}, "
-        f"evosax {len(jax.tree.leaves(ev_state))}; top-level kernels of a jitted tell: "
-        "jaxes {}, evosax {}".format(*tell_kernels(args.strategy, args.d, args.P))
+        f"evosax {len(jax.tree.leaves(ev_state))}; a jitted tell's top-level kernels jaxes "
+        f"{our_kernels}, evosax {their_kernels}; its outputs jaxes {our_outputs}, evosax "
+        f"{their_outputs}"
     )
     for donate in (False, True):
         print("donated" if donate else "not donated")
