@@ -55,6 +55,9 @@ copy (4 bytes/param) and ClipUp's velocity (4 bytes/param). Reported:
   parts         (unless --no-plan-breakdown) the plans of ask, evaluate and tell compiled
                 alone (ask and tell donating the state), to say where the bytes go; a part's
                 "beyond" is temp + output - alias, the bytes it needs besides its arguments.
+                With --plan-buffers N, each part's N largest temp buffers too (shape, bytes
+                per param and the JAX operation that made it, read from the buffer
+                assignment XLA dumps to a temporary folder).
 
 Model sizes (vocab 32000, 4 x MLP, learned positions, untied head):
   125M   d_model  768, 12 layers, 12 heads
@@ -65,6 +68,7 @@ Model sizes (vocab 32000, 4 x MLP, learned positions, untied head):
 Run:
   .venv/bin/python benchmarks/sequence.py                 # both parts (~15 min on 2 cores)
   .venv/bin/python benchmarks/sequence.py --parts plan --plan-sizes 1B
+  .venv/bin/python benchmarks/sequence.py --parts plan --plan-sizes 1B --plan-buffers 8
   .venv/bin/python benchmarks/sequence.py --quick         # tiny sizes, P = 8, r = 1 (minutes)
 Writes benchmarks/results/sequence.json (sequence_quick.json with --quick, or --out) and
 prints tables.
@@ -76,8 +80,10 @@ import functools
 import os
 import statistics
 import sys
+import tempfile
 import time
 
+import _buffers
 import _driver as driver
 from _common import machine_info, write_results
 
@@ -414,8 +420,11 @@ def plan_row(size: str, args) -> dict:
             state, info = es.tell(state, fit)
             return state, info.fitness_mean
 
+        def ask(state, key):
+            return es.ask(key, state)[1]
+
         for part, fn, part_args, donate in (
-            ("ask", lambda s, k: es.ask(k, s)[1], (state, key), (0,)),
+            ("ask", ask, (state, key), (0,)),
             ("evaluate", evaluate, (asked, prompts), ()),
             ("tell", tell, (asked, fit), (0,)),
         ):
@@ -433,6 +442,14 @@ def plan_row(size: str, args) -> dict:
                 "temp_bytes_per_param": part_plan["temp_bytes"] / n,
             }
             log(f"plan {size} {part}: temp {part_plan['temp_bytes'] / n:.2f} bytes/param")
+            if args.plan_buffers and part_plan["temp_bytes"]:
+                largest = _buffers.largest_temps(args.plan_dump, part, args.plan_buffers)
+                parts[part]["largest_temps"] = largest
+                for value in largest:
+                    log(
+                        f"  {value['bytes'] / n:6.3f} bytes/param  {value['shape']:28s} "
+                        f"{value['op_name'] or value['instruction']}"
+                    )
     row = {
         "size": size,
         **cfg,
@@ -610,7 +627,17 @@ def parse_args(argv: list[str]):
         action="store_false",
         help="skip the plans of ask, evaluate and tell alone",
     )
+    parser.add_argument(
+        "--plan-buffers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list each part's N largest temp buffers (from XLA's dumped buffer assignment)",
+    )
     args = parser.parse_args(argv)
+    if args.plan_buffers:
+        args.plan_dump = tempfile.mkdtemp(prefix="jaxes-plan-")
+        _buffers.enable(args.plan_dump)
     args.parts = args.parts or ["throughput", "plan"]
     if args.quick:
         args.d_model, args.layers, args.heads, args.prompt, args.steps = 64, 2, 4, 4, 4
