@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 _VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\): (\S+)")
+_OP_NAME = re.compile(r"%(\S+) = [^\n]*?op_name=\"([^\"]*)\"")
 
 
 def enable(directory: str | Path) -> None:
@@ -39,18 +40,17 @@ def temp_values(assignment: str, hlo: str) -> list[dict]:
     block = assignment[start:]
     end = block.find("\nallocation ")
     block = block if end < 0 else block[:end]
-    values = []
-    for name, size, offset, shape in _VALUE.findall(block):
-        found = re.search(rf"%{re.escape(name)} = [^\n]*?op_name=\"([^\"]*)\"", hlo)
-        values.append(
-            {
-                "bytes": int(size),
-                "offset": int(offset),
-                "shape": shape,
-                "instruction": name,
-                "op_name": found.group(1) if found else "",
-            }
-        )
+    op_names = dict(_OP_NAME.findall(hlo))  # one pass over the program, not one per value
+    values = [
+        {
+            "bytes": int(size),
+            "offset": int(offset),
+            "shape": shape,
+            "instruction": name,
+            "op_name": op_names.get(name, ""),
+        }
+        for name, size, offset, shape in _VALUE.findall(block)
+    ]
     return sorted(values, key=lambda v: -v["bytes"])
 
 

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -635,6 +636,9 @@ def parse_args(argv: list[str]):
         help="also list each part's N largest temp buffers (from XLA's dumped buffer assignment)",
     )
     args = parser.parse_args(argv)
+    if args.plan_buffers < 0:
+        parser.error(f"--plan-buffers: expected a count >= 0, got {args.plan_buffers}")
+    args.plan_dump = None
     if args.plan_buffers:
         args.plan_dump = tempfile.mkdtemp(prefix="jaxes-plan-")
         _buffers.enable(args.plan_dump)
@@ -714,5 +718,14 @@ def run(args, argv: list[str]) -> None:
     write_results(args.out, info, warnings, printed, payload)
 
 
+def run_and_clean(args, argv: list[str]) -> None:
+    """``run``, then the XLA dump ``--plan-buffers`` read (hundreds of MB at 1B) removed."""
+    try:
+        run(args, argv)
+    finally:
+        if args.plan_dump:
+            shutil.rmtree(args.plan_dump, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    driver.main(sys.argv, parse_args, None, run)
+    driver.main(sys.argv, parse_args, None, run_and_clean)

@@ -1,5 +1,9 @@
 """jaxes.noise.threefry: the same bits as jax.random, drawn without XLA:CPU's rolled loop."""
 
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,3 +99,26 @@ def test_a_small_tell_compiles_without_a_loop():
     if jax.default_backend() == "cpu":  # JAX rolls the loop on the CPU only
         rolled = jax.jit(lambda k: jax.random.normal(k, (16, 10))).lower(KEYS[0]).as_text()
         assert "stablehlo.while" in rolled
+
+
+def test_float64_normal_is_jax_random_normal_bit_for_bit():
+    # float64 draws take 64-bit words: checked in a process with x64 on (a test process
+    # cannot turn it on for itself without changing every other test's dtypes).
+    script = textwrap.dedent(
+        """
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+        from jaxes.noise import threefry
+        for seed, shape in ((0, (7,)), (3, (5, 4)), (11, (1,))):
+            k = jax.random.key(seed)
+            ours = jax.jit(lambda k: threefry.normal(k, shape, jnp.float64))(k)
+            assert ours.dtype == jnp.float64
+            assert bool(jnp.all(ours == jax.random.normal(k, shape, jnp.float64))), shape
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
