@@ -40,7 +40,16 @@ LAYERS = [
     ("algebra", ["jaxes.centroid"]),
     (
         "foundation",
-        [("jaxes.types", "jaxes.trees", "jaxes.checks", "jaxes.compat", "jaxes.extras")],
+        [
+            (
+                "jaxes.types",
+                "jaxes.trees",
+                "jaxes.low_rank",
+                "jaxes.checks",
+                "jaxes.compat",
+                "jaxes.extras",
+            )
+        ],
     ),
 ]
 

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxes.low_rank import is_factored, map_linear, subtract
 from jaxes.trees import tree_norm  # noqa: F401 - documented here too: the norm of a centroid
 from jaxes.types import Params
 
@@ -130,7 +131,7 @@ def plain_centroid(m: PopulationMoments) -> Params:
       >>> plain_centroid(m)["w"].tolist()
       [1.0]
     """
-    return jax.tree.map(lambda s: s / m.count, m.displacement_sum)
+    return map_linear(lambda s: s / m.count, m.displacement_sum)
 
 
 def centre_of_mass(m: PopulationMoments) -> Params:
@@ -146,7 +147,7 @@ def centre_of_mass(m: PopulationMoments) -> Params:
     """
     positive = m.total_mass > 0
     safe_total = jnp.where(positive, m.total_mass, 1.0)
-    return jax.tree.map(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_moment)
+    return map_linear(lambda s: jnp.where(positive, s / safe_total, 0.0), m.mass_moment)
 
 
 def mass_spread(m: PopulationMoments) -> Params:
@@ -193,11 +194,19 @@ def displacement_update(m: PopulationMoments, sigma, origin: str = "centroid") -
         raise ValueError(f"origin: expected 'centroid' or 'model', got {origin!r}")
     com = centre_of_mass(m)
     mean_mass = m.total_mass / m.count
-    target = jax.tree.map(jnp.subtract, com, plain_centroid(m)) if origin == "centroid" else com
-    sig = sigma if jax.tree.structure(sigma) == jax.tree.structure(com) else None
-    if sig is None:
-        return jax.tree.map(lambda t: mean_mass / jnp.square(sigma) * t, target)
-    return jax.tree.map(lambda t, s: mean_mass / jnp.square(s) * t, target, sig)
+    if origin == "centroid":
+        target = jax.tree.map(subtract, com, plain_centroid(m), is_leaf=is_factored)
+    else:
+        target = com
+    structure = jax.tree.structure(target, is_leaf=is_factored)
+    if jax.tree.structure(sigma) != structure:
+        return map_linear(lambda t: mean_mass / jnp.square(sigma) * t, target)
+    return jax.tree.map(
+        lambda t, s: map_linear(lambda v: mean_mass / jnp.square(s) * v, t),
+        target,
+        sigma,
+        is_leaf=is_factored,
+    )
 
 
 def classical_estimator(

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxes.low_rank import is_factored, square_norm
 from jaxes.types import Params
 
 
@@ -139,17 +140,16 @@ def broadcast_like(value, params: Params) -> Params:
 
 
 def tree_norm(tree) -> jax.Array:
-    """Euclidean norm of all leaves together.
+    """Euclidean norm of all leaves together (a ``jaxes.low_rank.LowRank`` leaf from its
+    factors).
 
     Example:
       >>> import jax.numpy as jnp
       >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
       5.0
     """
-    leaves = jax.tree.leaves(tree)
-    return jnp.sqrt(
-        sum(jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32)))) for x in leaves)
-    )
+    leaves = jax.tree.leaves(tree, is_leaf=is_factored)
+    return jnp.sqrt(sum(square_norm(x) for x in leaves))
 
 
 def is_key(x) -> bool:

@@ -20,41 +20,29 @@ layers (``x W + (x A) Bᵀ``), so no member matrix is formed at all.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxes.checks import check_int
+from jaxes.low_rank import LowRank, dense, is_factored
 from jaxes.noise import threefry
 from jaxes.noise.keys import base_key
 from jaxes.noise.sources import NoiseSource
 from jaxes.types import Params
 
+__all__ = [
+    "LowRank",
+    "combine",
+    "dense",
+    "factor_shapes",
+    "is_factored",
+    "leaf_rank",
+    "lowrank",
+    "side_by_side",
+]
+
 _HIGHEST = jax.lax.Precision.HIGHEST
-
-
-class LowRank(NamedTuple):
-    """A matrix (or a batch of them) kept as factors: ``a @ swapaxes(b)`` over the last two
-    axes. ``a`` is ``(..., m, r)``, ``b`` is ``(..., n, r)``; any scale (``1/√r``, ``σ``, the
-    antithetic sign) is carried by ``a``."""
-
-    a: jax.Array
-    b: jax.Array
-
-    def dense(self) -> jax.Array:
-        """The ``(..., m, n)`` matrix the factors stand for."""
-        return jnp.einsum("...mr,...nr->...mn", self.a, self.b, precision=_HIGHEST)
-
-
-def is_factored(x) -> bool:
-    """Whether a leaf of a perturbation is a ``LowRank`` (as ``is_leaf`` for ``jax.tree``)."""
-    return isinstance(x, LowRank)
-
-
-def dense(tree):
-    """``tree`` with every ``LowRank`` leaf multiplied out."""
-    return jax.tree.map(lambda x: x.dense() if is_factored(x) else x, tree, is_leaf=is_factored)
 
 
 def leaf_rank(shape: tuple[int, ...], rank: int) -> int | None:
@@ -156,3 +144,29 @@ def combine(coeffs: jax.Array, stacked) -> list[jax.Array]:
     weighted = jnp.einsum("kb,b...mr->kb...mr", coeffs, stacked.a, precision=_HIGHEST)
     out = jnp.einsum("kb...mr,b...nr->k...mn", weighted, stacked.b, precision=_HIGHEST)
     return [out[k] for k in range(coeffs.shape[0])]
+
+
+def side_by_side(coeffs: jax.Array, stacked) -> list:
+    """``combine``'s sums kept as factors: for each row ``k``, ``Σ_b coeffs[k, b] A_b B_bᵀ`` as
+    one ``LowRank`` whose factors hold the bases side by side (inner size ``batch·r``), with
+    the coefficients on the left. A dense leaf is summed as ``combine`` sums it.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> a = jax.random.normal(jax.random.key(0), (2, 3, 1))
+      >>> b = jax.random.normal(jax.random.key(1), (2, 4, 1))
+      >>> c = jnp.array([[1.0, -2.0]])
+      >>> kept = side_by_side(c, LowRank(a, b))[0]
+      >>> kept.a.shape, bool(jnp.allclose(kept.dense(), combine(c, LowRank(a, b))[0], atol=1e-5))
+      ((3, 2), True)
+    """
+    if not is_factored(stacked):
+        return combine(coeffs, stacked)
+
+    def beside(x):  # (batch, ..., m, r) -> (..., m, batch·r)
+        x = jnp.moveaxis(x, 0, -2)
+        return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+    weighted = jnp.einsum("kb,b...mr->kb...mr", coeffs, stacked.a, precision=_HIGHEST)
+    right = beside(stacked.b)
+    return [LowRank(beside(weighted[k]), right) for k in range(coeffs.shape[0])]

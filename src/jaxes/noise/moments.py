@@ -26,7 +26,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxes.low_rank import LowRank, is_factored, zeros_like_factors
 from jaxes.noise.budget import FUSED_MAX_BATCH
+from jaxes.noise.factors import side_by_side
 from jaxes.noise.keys import noise_key
 from jaxes.trees import broadcast_like, is_rounded, master_dtype
 from jaxes.types import Params
@@ -97,9 +99,9 @@ def fused_sums(c: jax.Array, eps: list) -> list[jax.Array]:
 
 def factored_sums(combine: Callable, stacked: list, leaves, chunk, kept: list) -> list:
     """Per leaf, the chunk's first-moment sums from its factors stacked over bases (``stacked``:
-    one entry per leaf), contracted by the source's ``combine`` (``kept``: the rows summed for
-    leaves not rounded); a rounded leaf (its noise is dense) sums the displacement its members
-    really had."""
+    one entry per leaf), contracted by ``combine`` (the source's, or ``side_by_side`` to keep
+    them as factors; ``kept``: the rows summed for leaves not rounded); a rounded leaf (its
+    noise is dense) sums the displacement its members really had."""
     out = []
     for f, x, s, r, t in zip(
         stacked, leaves.values, leaves.sigma, leaves.rounded, leaves.dtypes, strict=True
@@ -238,13 +240,20 @@ def _scaled(total: list, leaves: _Leaves, kind: int, k: int, kept: list) -> Para
     for parts, s, r, x, a in zip(
         total, leaves.sigma, leaves.rounded, leaves.values, leaves.acc, strict=True
     ):
+        dtype = master_dtype(x.dtype)
         if kind == 0 and not r and k not in kept:
-            row.append(jnp.zeros(jnp.shape(x), master_dtype(x.dtype)))
+            as_factors = bool(parts[0]) and is_factored(parts[0][0])
+            zero = zeros_like_factors(jnp.shape(x), dtype) if as_factors else None
+            row.append(jnp.zeros(jnp.shape(x), dtype) if zero is None else zero)
             continue
         scale = jnp.asarray(1.0 if r else s, a)
         scale = scale if kind == 0 or r else jnp.square(scale)
         at = kept.index(k) if kind == 0 and not r else k
-        row.append((parts[kind][at] * scale).astype(master_dtype(x.dtype)))
+        part = parts[kind][at]
+        if is_factored(part):
+            row.append(LowRank((part.a * scale).astype(dtype), part.b.astype(dtype)))
+        else:
+            row.append((part * scale).astype(dtype))
     return leaves.treedef.unflatten(row)
 
 
@@ -258,6 +267,7 @@ def moments(
     square_coeffs: jax.Array | None = None,
     dtypes: Params | None = None,
     paired_rows: tuple[int, ...] = (),
+    keep_factors: bool = False,
 ) -> tuple[list[Params], list[Params] | None]:
     """``Perturbations.moments`` for the recipe ``recipe`` (a ``Perturbations``): see there."""
     # A narrow leaf whose member is round(θ) + δ (factored noise) sums its nominal δ.
@@ -277,7 +287,11 @@ def moments(
     # dense ε of a factored leaf: no squares asked. A rounded leaf (never factored: its
     # noise is dense) sums its realised displacement beside them.
     factored = recipe.source.combine is not None and not squares and not all(leaves.rounded)
-    if factored:
+    keep_factors = keep_factors and factored
+    if keep_factors:
+        # The sums are the factors of every base side by side: all of them are held anyway.
+        batch = n
+    elif factored:
         batch = recipe._factor_chunk(noise_state, key, params)
     else:
         batch = recipe.tell_chunk(params, dtypes, squares)
@@ -298,7 +312,8 @@ def moments(
         chunk = _map_rows(lambda c: jax.lax.dynamic_slice_in_dim(c, start, batch, 1), rows)
         if factored:
             stacked = jax.vmap(factors_of)(start + jnp.arange(batch))
-            return factored_sums(recipe.source.combine, stacked, leaves, chunk, kept)
+            combine = side_by_side if keep_factors else recipe.source.combine
+            return factored_sums(combine, stacked, leaves, chunk, kept)
         return _dense_sums(chunk, leaves, _draw(base_of, start, batch, fused), weighted, kept)
 
     total = _sum_chunks(chunk_sums, n_chunks, batch, leaves, rows, kept)

@@ -281,6 +281,7 @@ class Perturbations:
         square_coeffs: jax.Array | None = None,
         dtypes: Params | None = None,
         paired_rows: tuple[int, ...] = (),
+        keep_factors: bool = False,
     ) -> tuple[list[Params], list[Params] | None]:
         """``Σ_i coeffs[k, i] δ_i`` and ``Σ_i square_coeffs[k, i] δ_i²`` for each row ``k``, with
         ``δ_i`` the displacement member ``i`` had: a list of ``K`` master-dtype pytrees each.
@@ -298,6 +299,10 @@ class Perturbations:
         tree of bfloat16 matrices with low-rank noise and bfloat16 biases only the biases
         (rounded) sum such a row, and the matrices' factors are contracted as they are.
 
+        ``keep_factors`` (first moments of a source with factors): a factored leaf's sums are
+        not multiplied out but returned as ``jaxes.low_rank.LowRank`` factors, every base side
+        by side (a zero row as factors of rank 0); dense leaves are summed as without it.
+
         Example:
           >>> import jax, jax.numpy as jnp
           >>> from jaxes.noise import gaussian
@@ -311,5 +316,14 @@ class Perturbations:
           True
         """
         return moments_lib.moments(
-            self, noise_state, key, params, sigma, coeffs, square_coeffs, dtypes, paired_rows
+            self,
+            noise_state,
+            key,
+            params,
+            sigma,
+            coeffs,
+            square_coeffs,
+            dtypes,
+            paired_rows,
+            keep_factors,
         )

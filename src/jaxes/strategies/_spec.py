@@ -14,21 +14,23 @@ settings and returns ``build(StrategySpec(...), NoiseSettings(...), track_best)`
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 
+from jaxes import low_rank, trees
 from jaxes import noise as noise_lib
-from jaxes import trees
 from jaxes.noise import threefry
 from jaxes.strategies import _state, _tell
 from jaxes.strategies._settings import NoiseSettings, make_perturbations
 from jaxes.strategies.base import EstimateStats
 from jaxes.types import Strategy, StrategyTraits
 
-# Moments of the population the last ``ask`` drew: ``moments_of(masses, squares=False)``.
+# Moments of the population the last ``ask`` drew:
+# ``moments_of(masses, squares=False, keep_factors=False)``.
 MomentsOf = Callable[..., Any]
 
 
@@ -67,6 +69,10 @@ class StrategySpec(NamedTuple):
       finish: ``finish(told, state, info) -> (state, info)``, run at the end of every ``tell``
         with the state it was given (``told``) and the new one (CMA-ES and xNES: the fitness
         history and the termination criteria), or ``None``.
+      write: ``write(state, estimate, applied) -> (params, changes, step_norm)``, used in
+        place of ``update`` when the direction has ``jaxes.low_rank.LowRank`` leaves: θ and the
+        strategy's own fields written once each, unchanged where not ``applied``
+        (``_tell.finish_tell``), or ``None``.
     """
 
     name: str
@@ -80,6 +86,7 @@ class StrategySpec(NamedTuple):
     update: Callable[[Any, Estimate], tuple[Any, dict]]
     gaussian_term: str | None = None
     finish: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+    write: Callable[[Any, Estimate, jax.Array], tuple[Any, dict, jax.Array]] | None = None
 
 
 class Sampler(Protocol):
@@ -135,11 +142,16 @@ def build(spec: StrategySpec, sampler: Sampler | NoiseSettings, track_best: bool
         return spec.estimate(state, fitness, sampler.told(state, scale_of(state)))
 
     def estimate(state, fitness):
+        # Public values are dense: a direction kept as factors is for this strategy's tell.
         direction, stats, _ = estimate_all(state, fitness)
-        return direction, stats
+        return low_rank.dense(direction), low_rank.dense(stats)
 
     def tell(state, fitness):
         est = estimate_all(state, fitness)
+        leaves = jax.tree.leaves(est.direction, is_leaf=low_rank.is_factored)
+        write = None
+        if spec.write is not None and any(map(low_rank.is_factored, leaves)):
+            write = functools.partial(spec.write, state, est)
         new_state, info = _tell.finish_tell(
             state,
             fitness,
@@ -147,6 +159,7 @@ def build(spec: StrategySpec, sampler: Sampler | NoiseSettings, track_best: bool
             est.stats.sigma,
             scale_of(state),  # the scale the told population was built with
             lambda: spec.update(state, est),
+            write,
         )
         if spec.finish is None:
             return new_state, info
@@ -268,7 +281,9 @@ class Diagonal:
         return self.perturbations.eval_chunk(state.params, state.dtypes, members, factored)
 
     def told(self, state, scale) -> MomentsOf:
-        def moments_of(masses, squares: bool = False):
-            return _tell.population_moments(self.perturbations, state, masses, scale, squares)
+        def moments_of(masses, squares: bool = False, keep_factors: bool = False):
+            return _tell.population_moments(
+                self.perturbations, state, masses, scale, squares, keep_factors
+            )
 
         return moments_of

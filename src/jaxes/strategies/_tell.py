@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid, trees
+from jaxes import centroid, low_rank, trees
 from jaxes import noise as noise_lib
+from jaxes.optim import TakesFactors
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies.base import BestMember, StrategyInfo
 
@@ -22,6 +23,7 @@ def population_moments(
     mass: jax.Array,
     sigma,
     squares: bool = False,
+    keep_factors: bool = False,
 ) -> centroid.PopulationMoments:
     """``PopulationMoments`` of the population the last ``ask`` drew (``state.key``), from
     regenerated noise.
@@ -31,7 +33,8 @@ def population_moments(
     (``σ ⊙ s_i ε_{j(i)}``, or ``x_i - θ`` for members rounded to a narrower dtype); ``sigma`` is
     the scale members were built with, a scalar or a pytree like the params. With antithetic
     pairs ``Σ δ_i`` is exactly zero for each leaf whose members were not rounded, and is not
-    rebuilt for it (``Perturbations.moments``' ``paired_rows``).
+    rebuilt for it (``Perturbations.moments``' ``paired_rows``). With ``keep_factors`` a
+    low-rank leaf's sums stay ``jaxes.low_rank.LowRank`` factors.
     """
     both = jnp.stack([mass, jnp.ones_like(mass)])
     sums, square_sums = perturbations.moments(
@@ -43,6 +46,7 @@ def population_moments(
         both if squares else None,
         state.dtypes,
         paired_rows=(1,),
+        keep_factors=keep_factors,
     )
     return centroid.PopulationMoments(
         total_mass=jnp.sum(mass),
@@ -59,6 +63,14 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     the float32 master params; returns the step of θ and the new optimizer state."""
     descent = jax.tree.map(jnp.negative, ascent)
     return optimizer.update(descent, state.opt_state, state.params)
+
+
+def optimizer_write(optimizer: TakesFactors, state, ascent, applied):
+    """``optimizer_step`` for a direction with ``LowRank`` leaves, written in place
+    (``TakesFactors.apply``): ``(params, opt_state, step_norm)``, unchanged where not
+    ``applied``."""
+    descent = low_rank.map_linear(jnp.negative, ascent)
+    return optimizer.apply(descent, state.opt_state, state.params, applied)
 
 
 class FitnessSummary(NamedTuple):
@@ -168,7 +180,9 @@ def _best_member(state, best_i, improved, scale) -> BestMember:
     )
 
 
-def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[], tuple]):
+def finish_tell(
+    state, fitness, moments, info_sigma, scale, update: Callable[[], tuple], write=None
+):
     """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
 
     ``update()`` returns ``(step, changes)``: the change of θ (a pytree like the params) and
@@ -178,6 +192,11 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     perturbation scale the told population was built with (kept in the best-member recipe);
     ``info_sigma`` is the σ reported in the info. θ' = θ + step is written elementwise from θ
     and the step inside the applied branch, so XLA updates a donated θ in place.
+
+    ``write``, where given, replaces ``update``: ``write(applied) -> (params, changes,
+    step_norm)`` writes θ and the strategy's own fields itself, each once, the new values
+    where ``applied`` and the old ones elsewhere (a step from factors,
+    ``jaxes.optim.TakesFactors``: no branch, whose operands XLA would copy).
     """
     fitness = jnp.asarray(fitness)
     pending = state.pending
@@ -187,17 +206,20 @@ def finish_tell(state, fitness, moments, info_sigma, scale, update: Callable[[],
     best = _best_member(state, summary.best_index, improved, scale)
     dtype = scalar_dtype(state)
     best_fitness = jnp.where(improved, summary.max, state.best_fitness).astype(dtype)
-    names = tuple(jax.eval_shape(lambda: update()[1]))
-    old = {name: getattr(state, name) for name in names}
 
     def applied_update():
         step, changes = update()
         params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
         return params, changes, trees.tree_norm(step).astype(dtype)
 
-    params, changes, update_norm = _when(
-        applied, applied_update, (state.params, old, jnp.zeros((), dtype))
-    )
+    if write is None:
+        names = tuple(jax.eval_shape(lambda: update()[1]))
+        old = {name: getattr(state, name) for name in names}
+        zero = jnp.zeros((), dtype)
+        params, changes, update_norm = _when(applied, applied_update, (state.params, old, zero))
+    else:
+        params, changes, update_norm = write(applied)
+        update_norm = update_norm.astype(dtype)
     info = strategy_info(summary, best_fitness, applied, update_norm, moments, info_sigma)
     new_state = state._replace(
         params=params,
