@@ -55,8 +55,9 @@ def _fitness(population):
     return -sum(distance(x) for x in jax.tree.leaves(population))
 
 
-def _run(optimizer, params, fitness_of=_fitness, generations=4):
-    es = jaxes.open_es(8, 0.1, optimizer=optimizer, noise=jaxes.noise.lowrank(2))
+def _run(optimizer, params, fitness_of=_fitness, generations=4, memory_budget=None):
+    noise = jaxes.noise.lowrank(2)
+    es = jaxes.open_es(8, 0.1, optimizer=optimizer, noise=noise, memory_budget=memory_budget)
     state = es.init(KEY, params)
     tell = jax.jit(es.tell)
     infos = []
@@ -76,14 +77,17 @@ def _close(a, b):
         )
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_the_factored_step_equals_the_multiplied_out_one(dtype):
-    # The same ClipUp as a plain optax transformation gets the gradient multiplied out.
+@pytest.mark.parametrize(
+    "dtype, memory_budget", [(jnp.float32, None), (jnp.bfloat16, None), (jnp.bfloat16, 2000)]
+)
+def test_the_factored_step_equals_the_multiplied_out_one(dtype, memory_budget):
+    # The same ClipUp as a plain optax transformation gets the gradient multiplied out; a
+    # budget of 2000 bytes draws the 4 bases' factors 2 at a time.
     clipup = jaxes.optim.clipup(0.05)
     plain = optax.GradientTransformation(*clipup)
     assert jaxes.optim.takes_factors(clipup) and not jaxes.optim.takes_factors(plain)
-    es, factored, infos = _run(clipup, _params(dtype))
-    _, dense, dense_infos = _run(plain, _params(dtype))
+    es, factored, infos = _run(clipup, _params(dtype), memory_budget=memory_budget)
+    _, dense, dense_infos = _run(plain, _params(dtype), memory_budget=memory_budget)
     _close(factored, dense)
     _close(infos, dense_infos)
     assert all(bool(i.applied) for i in infos)

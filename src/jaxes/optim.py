@@ -20,9 +20,9 @@ class TakesFactors(optax.GradientTransformation):
     hands such an optimizer its gradient unmultiplied; any other optimizer gets it dense.
     As an optax transformation (``init``, ``update``, ``optax.chain``) it is the plain one."""
 
-    def __new__(cls, init, update, apply):
+    def __new__(cls, init, update, apply=None):
         self = super().__new__(cls, init, update)
-        self.apply = apply
+        self.apply = apply  # not a field: unpacked, it is optax's (init, update) pair
         return self
 
 
@@ -33,7 +33,7 @@ def takes_factors(optimizer) -> bool:
       >>> takes_factors(clipup(0.1)), takes_factors(optax.sgd(0.1))
       (True, False)
     """
-    return isinstance(optimizer, TakesFactors)
+    return isinstance(optimizer, TakesFactors) and optimizer.apply is not None
 
 
 class ClipUpState(NamedTuple):

@@ -232,6 +232,42 @@ def _sum_chunks(
     return total
 
 
+def _place_chunks(chunk_sums: Callable, n_chunks: int, batch: int):
+    """Every chunk's sums, kept as factors: each chunk's ``LowRank`` factors are written into
+    their own columns of factors as wide as all chunks together, so only one chunk's draw
+    is held at a time; dense sums (rounded leaves) are added up."""
+    if n_chunks == 1:
+        return chunk_sums(0)
+    one = jax.eval_shape(chunk_sums, 0)
+
+    def zeros(x):
+        if not is_factored(x):
+            return jnp.zeros(x.shape, x.dtype)
+        return LowRank(*(jnp.zeros((*f.shape[:-1], n_chunks * f.shape[-1]), f.dtype) for f in x))
+
+    def place(at):
+        def one_leaf(acc, x):
+            if not is_factored(x):
+                return acc + x
+            width = x.a.shape[-1]
+            return LowRank(
+                *(
+                    jax.lax.dynamic_update_slice_in_dim(total, part, at * width, axis=-1)
+                    for total, part in zip(acc, x, strict=True)
+                )
+            )
+
+        return one_leaf
+
+    def body(acc, i):
+        new = chunk_sums(i * batch)
+        return jax.tree.map(place(i), acc, new, is_leaf=is_factored), None
+
+    init = jax.tree.map(zeros, one, is_leaf=lambda x: is_factored(x) or hasattr(x, "shape"))
+    total, _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+    return total
+
+
 def _scaled(total: list, leaves: _Leaves, kind: int, k: int, kept: list) -> Params:
     """Row ``k`` of moment ``kind`` as a pytree: nominal leaves summed ε, so they are scaled by
     σ (σ² for squares) once, here; rounded ones summed their realised displacement. A first
@@ -288,10 +324,7 @@ def moments(
     # noise is dense) sums its realised displacement beside them.
     factored = recipe.source.combine is not None and not squares and not all(leaves.rounded)
     keep_factors = keep_factors and factored
-    if keep_factors:
-        # The sums are the factors of every base side by side: all of them are held anyway.
-        batch = n
-    elif factored:
+    if factored:
         batch = recipe._factor_chunk(noise_state, key, params)
     else:
         batch = recipe.tell_chunk(params, dtypes, squares)
@@ -316,7 +349,10 @@ def moments(
             return factored_sums(combine, stacked, leaves, chunk, kept)
         return _dense_sums(chunk, leaves, _draw(base_of, start, batch, fused), weighted, kept)
 
-    total = _sum_chunks(chunk_sums, n_chunks, batch, leaves, rows, kept)
+    if keep_factors:
+        total = _place_chunks(chunk_sums, n_chunks, batch)
+    else:
+        total = _sum_chunks(chunk_sums, n_chunks, batch, leaves, rows, kept)
     kinds = [
         [_scaled(total, leaves, kind, k, kept) for k in range(groups[kind].shape[0])]
         for kind in range(len(groups))
