@@ -82,7 +82,8 @@ def machine_info(
     """Where and from what a result came: CPU, cores, RAM, load, Python, the installed version
     of each of `packages`, JAX's default backend (only with `jax_backend`: it imports JAX and
     starts the backend in this process), the date, the command (`argv` as typed from the
-    repository root), the commit and the digest of src/jaxes."""
+    repository root, after `XLA_FLAGS=...` when that is set), the commit and the digest of
+    src/jaxes."""
     from importlib.metadata import version
 
     info = {
@@ -97,9 +98,13 @@ def machine_info(
         import jax
 
         info["jax_backend"] = jax.default_backend()
+    # XLA reads XLA_FLAGS when the backend starts: part of the command that made a result.
+    flags = os.environ.get("XLA_FLAGS", "").strip()
+    prefix = [f"XLA_FLAGS={shlex.quote(flags)}"] if flags else []
+    command = shlex.join([python_name(), os.path.relpath(argv[0], REPO), *argv[1:]])
     return info | {
         "date_utc": utc_now(),
-        "command": shlex.join([python_name(), os.path.relpath(argv[0], REPO), *argv[1:]]),
+        "command": " ".join([*prefix, command]),
         "git": git_revision(),
         "src_sha256": source_digest(),
     }

@@ -143,13 +143,14 @@ class Transformer(nn.Module):
         positions = position + jnp.arange(tokens.shape[-1])
         x = nn.Embed(self.vocab, self.d_model, name="embed")(tokens)
         x = x + nn.Embed(self.max_len, self.d_model, name="position")(positions).astype(x.dtype)
-        ks, vs = [], []
         for i in range(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             block = Block(self.d_model, self.heads, self.mlp, name=f"block_{i}")
             x, layer_cache = block(x, layer_cache, position)
             if cache is not None:
-                ks.append(layer_cache[0])
-                vs.append(layer_cache[1])
+                # Written back layer by layer, so XLA updates the cache in place (a stack of
+                # the layers builds a second cache every call).
+                keys, values = layer_cache
+                cache = KVCache(cache.k.at[i].set(keys), cache.v.at[i].set(values))
         logits = nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln_final")(x))
-        return logits, None if cache is None else KVCache(jnp.stack(ks), jnp.stack(vs))
+        return logits, cache
