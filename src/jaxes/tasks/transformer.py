@@ -71,27 +71,22 @@ class Block(nn.Module):
     mlp: int
 
     @nn.compact
-    def __call__(self, x, cache, layer: int, position):
-        """``(x, cache)``: ``cache`` is the model's ``KVCache`` (every layer) or ``None``; this
-        block writes its keys and values into row ``layer`` of it, in place."""
+    def __call__(self, x, cache_kv, position):
         batch, length, _ = x.shape
         head_dim = self.d_model // self.heads
         qkv = nn.Dense(3 * self.d_model, name="qkv")(nn.LayerNorm(name="ln_attention")(x))
         q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
         queries_at = position + jnp.arange(length)
-        if cache is None:
+        if cache_kv is None:
             keys, values, keys_at = k, v, queries_at
         else:
-            # Straight into the stacked cache: XLA updates it in place (a layer's slice
-            # written and stacked back would be a copy of the cache every call).
-            at = (layer, 0, position, 0, 0)
-            cache = KVCache(
-                jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), at),
-                jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), at),
-            )
-            keys, values = cache.k[layer], cache.v[layer]
+            cache_k, cache_v = cache_kv
+            at = (0, position, 0, 0)
+            keys = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), at)
+            values = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), at)
+            cache_kv = (keys, values)
             # Rows not yet written are zeros: the causal mask hides them, as they are later.
-            keys_at = jnp.arange(cache.k.shape[2])
+            keys_at = jnp.arange(cache_k.shape[1])
         scores = jnp.einsum(
             "bthd,bshd->bhts", q, keys.astype(q.dtype), preferred_element_type=jnp.float32
         ) / jnp.sqrt(jnp.float32(head_dim))
@@ -102,7 +97,7 @@ class Block(nn.Module):
         x = x + nn.Dense(self.d_model, name="out")(attended.reshape(batch, length, -1))
         h = nn.Dense(self.mlp * self.d_model, name="mlp_in")(nn.LayerNorm(name="ln_mlp")(x))
         x = x + nn.Dense(self.d_model, name="mlp_out")(nn.gelu(h))
-        return x, cache
+        return x, cache_kv
 
 
 class Transformer(nn.Module):
@@ -149,7 +144,13 @@ class Transformer(nn.Module):
         x = nn.Embed(self.vocab, self.d_model, name="embed")(tokens)
         x = x + nn.Embed(self.max_len, self.d_model, name="position")(positions).astype(x.dtype)
         for i in range(self.layers):
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             block = Block(self.d_model, self.heads, self.mlp, name=f"block_{i}")
-            x, cache = block(x, cache, i, position)
+            x, layer_cache = block(x, layer_cache, position)
+            if cache is not None:
+                # Written back layer by layer, so XLA updates the cache in place (a stack of
+                # the layers builds a second cache every call).
+                keys, values = layer_cache
+                cache = KVCache(cache.k.at[i].set(keys), cache.v.at[i].set(values))
         logits = nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln_final")(x))
         return logits, cache
