@@ -76,6 +76,9 @@ def git_revision() -> str:
     return head + ("+dirty" if status else "")
 
 
+_XLA_FLAGS_GIVEN = os.environ.get("XLA_FLAGS", "")
+
+
 def machine_info(
     argv: list[str], packages: tuple[str, ...] = ("jax", "jaxlib"), jax_backend: bool = False
 ) -> dict:
@@ -98,8 +101,9 @@ def machine_info(
         import jax
 
         info["jax_backend"] = jax.default_backend()
-    # XLA reads XLA_FLAGS when the backend starts: part of the command that made a result.
-    flags = os.environ.get("XLA_FLAGS", "").strip()
+    # XLA reads XLA_FLAGS when the backend starts: part of the command that made a result
+    # (as given, not as a script extends it, e.g. with a dump folder of its own).
+    flags = _XLA_FLAGS_GIVEN.strip()
     prefix = [f"XLA_FLAGS={shlex.quote(flags)}"] if flags else []
     command = shlex.join([python_name(), os.path.relpath(argv[0], REPO), *argv[1:]])
     return info | {
