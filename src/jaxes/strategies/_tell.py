@@ -12,7 +12,7 @@ import optax
 
 from jaxes import centroid, low_rank, trees
 from jaxes import noise as noise_lib
-from jaxes.optim import TakesFactors
+from jaxes.optim import takes_factors
 from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies.base import BestMember, StrategyInfo
 
@@ -65,12 +65,21 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     return optimizer.update(descent, state.opt_state, state.params)
 
 
-def optimizer_write(optimizer: TakesFactors, state, ascent, applied):
-    """``optimizer_step`` for a direction with ``LowRank`` leaves, written in place
-    (``TakesFactors.apply``): ``(params, opt_state, step_norm)``, unchanged where not
-    ``applied``."""
-    descent = low_rank.map_linear(jnp.negative, ascent)
-    return optimizer.apply(descent, state.opt_state, state.params, applied)
+def factored_write(optimizer: optax.GradientTransformation, field: str = "opt_state"):
+    """A ``StrategySpec.write`` for an optimizer that ``jaxes.optim.takes_factors`` (``None``
+    for any other): the optimizer's step from a direction with ``LowRank`` leaves, written in
+    place (``TakesFactors.apply``), its state kept in the strategy's field ``field``."""
+    if not takes_factors(optimizer):
+        return None
+
+    def write(state, est, applied):
+        descent = low_rank.map_linear(jnp.negative, est.direction)
+        params, opt_state, norm = optimizer.apply(
+            descent, getattr(state, field), state.params, applied
+        )
+        return params, {field: opt_state}, norm
+
+    return write
 
 
 class FitnessSummary(NamedTuple):

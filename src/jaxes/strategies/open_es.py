@@ -10,7 +10,6 @@ import optax
 from jaxes import centroid, shaping
 from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
-from jaxes.optim import takes_factors
 from jaxes.strategies import _settings, _spec, _tell
 from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
 from jaxes.types import Params, Strategy
@@ -78,8 +77,8 @@ def open_es(
     )
     shape_fitness = shaping.get_shaping(fitness_shaping)
     scale, initial_scale = _settings.scheduled_sigma(sigma, sigma_floor)
-    # A low-rank sum stays factors where nothing needs it dense (jaxes.low_rank).
-    keep_factors = l2 == 0 and takes_factors(optimizer)
+    # With no L2 term, a low-rank sum can stay factors for an optimizer that takes them.
+    write = _tell.factored_write(optimizer) if l2 == 0 else None
 
     def init(master: Params):
         return {"opt_state": optimizer.init(master)}, initial_scale(master)
@@ -88,7 +87,7 @@ def open_es(
         sig = scale(state)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = moments_of(mass, keep_factors=keep_factors)
+        moments = moments_of(mass, keep_factors=write is not None)
         direction = centroid.displacement_update(moments, sig)
         return _spec.Estimate(direction, EstimateStats(weights, mass, moments, sig))
 
@@ -97,21 +96,8 @@ def open_es(
         step, opt_state = _tell.optimizer_step(optimizer, state, ascent)
         return step, {"opt_state": opt_state}
 
-    def write(state: OpenESState, est: _spec.Estimate, applied):
-        params, opt_state, norm = _tell.optimizer_write(optimizer, state, est.direction, applied)
-        return params, {"opt_state": opt_state}, norm
-
-    rank_based = _settings.is_rank_shaping(fitness_shaping)
+    by_rank = _settings.is_rank_shaping(fitness_shaping)
     spec = _spec.StrategySpec(
-        "open_es",
-        OpenESState,
-        p,
-        antithetic,
-        rank_based,
-        scale,
-        init,
-        estimate,
-        update,
-        write=write if keep_factors else None,
+        "open_es", OpenESState, p, antithetic, by_rank, scale, init, estimate, update, write=write
     )
     return _spec.build(spec, _settings.NoiseSettings(noise, memory_budget), track_best)
