@@ -12,6 +12,7 @@ import pytest
 
 import jaxes
 from jaxes import low_rank
+from jaxes.noise.moments import worth_keeping
 
 KEY = jax.random.key(0)
 
@@ -40,12 +41,18 @@ def test_norms_inner_products_and_differences_equal_the_dense_ones(shape):
 
 
 def _params(dtype):
+    # Matrices big enough that 4 bases of rank 2 are kept as factors (worth_keeping).
     keys = jax.random.split(KEY, 3)
     return {
-        "w1": (0.1 * jax.random.normal(keys[0], (24, 16))).astype(dtype),
-        "w2": (0.1 * jax.random.normal(keys[1], (3, 16, 8))).astype(dtype),
-        "b": (0.1 * jax.random.normal(keys[2], (8,))).astype(dtype),
+        "w1": (0.1 * jax.random.normal(keys[0], (64, 48))).astype(dtype),
+        "w2": (0.1 * jax.random.normal(keys[1], (3, 32, 40))).astype(dtype),
+        "b": (0.1 * jax.random.normal(keys[2], (40,))).astype(dtype),
     }
+
+
+def test_the_test_matrices_are_kept_as_factors_and_small_ones_are_not():
+    assert worth_keeping(64, 48, 8) and worth_keeping(32, 40, 8)
+    assert not worth_keeping(24, 16, 8)
 
 
 def _fitness(population):
@@ -78,11 +85,11 @@ def _close(a, b):
 
 
 @pytest.mark.parametrize(
-    "dtype, memory_budget", [(jnp.float32, None), (jnp.bfloat16, None), (jnp.bfloat16, 2000)]
+    "dtype, memory_budget", [(jnp.float32, None), (jnp.bfloat16, None), (jnp.bfloat16, 6000)]
 )
 def test_the_factored_step_equals_the_multiplied_out_one(dtype, memory_budget):
     # The same ClipUp as a plain optax transformation gets the gradient multiplied out; a
-    # budget of 2000 bytes draws the 4 bases' factors 2 at a time.
+    # budget of 6000 bytes draws the 4 bases' factors 2 at a time.
     clipup = jaxes.optim.clipup(0.05)
     plain = optax.GradientTransformation(*clipup)
     assert jaxes.optim.takes_factors(clipup) and not jaxes.optim.takes_factors(plain)

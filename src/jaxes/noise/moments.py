@@ -20,6 +20,7 @@ operations in one fixed order: the same recipe, key and coefficients give bit-id
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -232,6 +233,29 @@ def _sum_chunks(
     return total
 
 
+def worth_keeping(m: int, n: int, width: int) -> bool:
+    """Whether an ``m × n`` sum is kept as factors of inner size ``width`` (bases × rank): only
+    where they take at most half the matrix's room. Below that the factors (and their draw)
+    cost more than the matrix, and a dense sum is cheaper and faster
+    (``benchmarks/factored_tell.py``).
+
+    Example:
+      >>> worth_keeping(2048, 2048, 128), worth_keeping(256, 256, 128)
+      (True, False)
+    """
+    return 2 * width * (m + n) <= m * n
+
+
+def _kept_or_combined(combine: Callable, n_chunks: int, coeffs, stacked) -> list:
+    """``side_by_side`` for a factored leaf ``worth_keeping`` over every chunk, else
+    ``combine``."""
+    if is_factored(stacked):
+        (m, r), n = stacked.a.shape[-2:], stacked.b.shape[-2]
+        if worth_keeping(m, n, n_chunks * stacked.a.shape[0] * r):
+            return side_by_side(coeffs, stacked)
+    return combine(coeffs, stacked)
+
+
 def _place_chunks(chunk_sums: Callable, n_chunks: int, batch: int):
     """Every chunk's sums, kept as factors: each chunk's ``LowRank`` factors are written into
     their own columns of factors as wide as all chunks together, so only one chunk's draw
@@ -345,7 +369,9 @@ def moments(
         chunk = _map_rows(lambda c: jax.lax.dynamic_slice_in_dim(c, start, batch, 1), rows)
         if factored:
             stacked = jax.vmap(factors_of)(start + jnp.arange(batch))
-            combine = side_by_side if keep_factors else recipe.source.combine
+            combine = recipe.source.combine
+            if keep_factors:
+                combine = functools.partial(_kept_or_combined, combine, n_chunks)
             return factored_sums(combine, stacked, leaves, chunk, kept)
         return _dense_sums(chunk, leaves, _draw(base_of, start, batch, fused), weighted, kept)
 
