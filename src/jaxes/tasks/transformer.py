@@ -143,14 +143,22 @@ class Transformer(nn.Module):
         positions = position + jnp.arange(tokens.shape[-1])
         x = nn.Embed(self.vocab, self.d_model, name="embed")(tokens)
         x = x + nn.Embed(self.max_len, self.d_model, name="position")(positions).astype(x.dtype)
+        ks, vs = [], []
+        length = tokens.shape[-1]
         for i in range(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             block = Block(self.d_model, self.heads, self.mlp, name=f"block_{i}")
             x, layer_cache = block(x, layer_cache, position)
             if cache is not None:
-                # Written back layer by layer, so XLA updates the cache in place (a stack of
-                # the layers builds a second cache every call).
-                keys, values = layer_cache
-                cache = KVCache(cache.k.at[i].set(keys), cache.v.at[i].set(values))
+                ks.append(jax.lax.dynamic_slice_in_dim(layer_cache[0], position, length, 1))
+                vs.append(jax.lax.dynamic_slice_in_dim(layer_cache[1], position, length, 1))
         logits = nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln_final")(x))
-        return logits, cache
+        if cache is None:
+            return logits, None
+        # Only the new rows of every layer go into the stacked cache, in one write XLA does in
+        # place (stacking whole layers, or writing each back, copies the cache).
+        at = (0, 0, position, 0, 0)
+        return logits, KVCache(
+            jax.lax.dynamic_update_slice(cache.k, jnp.stack(ks), at),
+            jax.lax.dynamic_update_slice(cache.v, jnp.stack(vs), at),
+        )

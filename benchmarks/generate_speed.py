@@ -1,0 +1,63 @@
+"""How fast `jaxes.tasks.sequence.generate` decodes with `jaxes.tasks.transformer`'s KV cache,
+and its compiled temp memory, for a few model sizes (bfloat16 params, 64 prompts of 16
+tokens, 32 new tokens, vocab 64). `--src` imports jaxes from another checkout's `src`, so two
+commits' caches can be compared in the same sitting (a `git worktree` of the older one).
+
+Each size is compiled once, run once to warm up, then timed 5 times; the median ms is printed.
+
+Run:
+  .venv/bin/python benchmarks/generate_speed.py
+  git worktree add /tmp/old cd7d5a2
+  .venv/bin/python benchmarks/generate_speed.py --src /tmp/old/src
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+SIZES = ((64, 4), (128, 8), (256, 12))  # (d_model, layers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", help="import jaxes from this src folder instead")
+    args = parser.parse_args()
+    if args.src:
+        sys.path.insert(0, args.src)
+    import jax
+    import jax.numpy as jnp
+
+    from jaxes.tasks.sequence import generate
+    from jaxes.tasks.transformer import Transformer
+
+    print(f"jaxes from {sys.modules['jaxes'].__file__}")
+    batch, prompt, steps = 64, 16, 32
+    for d_model, layers in SIZES:
+        model = Transformer(vocab=64, d_model=d_model, heads=4, layers=layers, max_len=48)
+        params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+        params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+        prompts = jax.random.randint(jax.random.key(1), (batch, prompt), 0, 64)
+
+        def run(p, tokens, model=model):
+            def apply(t, cache, position):
+                return model.apply({"params": p}, t, cache, position)
+
+            return generate(apply, model.init_cache(batch, jnp.bfloat16), tokens, steps)
+
+        compiled = jax.jit(run).lower(params, prompts).compile()
+        jax.block_until_ready(compiled(params, prompts))
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(params, prompts))
+            times.append(time.perf_counter() - start)
+        temp = compiled.memory_analysis().temp_size_in_bytes / 1e6
+        ms = 1e3 * statistics.median(times)
+        print(f"d_model {d_model} x {layers}: {ms:.1f} ms, temp {temp:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
