@@ -76,6 +76,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5, help="tells per timed round")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
+    if args.calls < 1:
+        parser.error(f"--calls: expected a count >= 1, got {args.calls}")
     info = machine_info(sys.argv, ("jax", "jaxlib", "optax"), jax_backend=True)
     rows = []
     print(

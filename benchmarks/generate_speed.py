@@ -17,6 +17,7 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 SIZES = ((64, 4), (128, 8), (256, 12))  # (d_model, layers)
 
@@ -26,6 +27,8 @@ def main() -> None:
     parser.add_argument("--src", help="import jaxes from this src folder instead")
     args = parser.parse_args()
     if args.src:
+        if not (Path(args.src) / "jaxes" / "__init__.py").is_file():
+            parser.error(f"--src: expected a folder holding jaxes/__init__.py, got {args.src!r}")
         sys.path.insert(0, args.src)
     import jax
     import jax.numpy as jnp

@@ -138,3 +138,12 @@ def test_tell_holds_one_matrix_not_the_whole_gradient():
     dense = _tell_temp_bytes(optax.GradientTransformation(*clipup), params)
     assert factored <= one_matrix + factors + 64 * 1024
     assert dense >= float32_params  # the gradient multiplied out is held whole
+
+
+def test_clipup_as_a_plain_transformation_takes_factors_multiplied_out():
+    clipup = jaxes.optim.clipup(0.1)
+    x = _factors((6, 5), 2, 4)
+    state = clipup.init({"w": jnp.zeros((6, 5))})
+    factored, _ = clipup.update({"w": x}, state)
+    dense, _ = clipup.update({"w": x.dense()}, state)
+    np.testing.assert_array_equal(factored["w"], dense["w"])

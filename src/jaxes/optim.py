@@ -80,7 +80,8 @@ def clipup(
 
     def update(grads, state, params=None):
         del params
-        scale = normalised(low_rank.dense(grads))
+        grads = low_rank.dense(grads)  # the plain transformation takes factors multiplied out
+        scale = normalised(grads)
         velocity = jax.tree.map(
             lambda v, g: momentum * v - scale * g.astype(v.dtype), state.velocity, grads
         )

@@ -77,10 +77,8 @@ def open_es(
     )
     shape_fitness = shaping.get_shaping(fitness_shaping)
     scale, initial_scale = _settings.scheduled_sigma(sigma, sigma_floor)
-    # With no L2 term (known, not traced), a low-rank sum can stay factors for an optimizer
-    # that takes them.
-    no_l2 = not isinstance(l2, jax.core.Tracer) and l2 == 0
-    write = _tell.factored_write(optimizer) if no_l2 else None
+    # With no L2 term, a low-rank sum can stay factors for an optimizer that takes them.
+    write = _tell.factored_write(optimizer) if _settings.is_zero(l2) else None
 
     def init(master: Params):
         return {"opt_state": optimizer.init(master)}, initial_scale(master)
