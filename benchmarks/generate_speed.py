@@ -2,6 +2,8 @@
 and its compiled temp memory, for a few model sizes (bfloat16 params, 64 prompts of 16
 tokens, 32 new tokens, vocab 64). `--src` imports jaxes from another checkout's `src`, so two
 commits' caches can be compared in the same sitting (a `git worktree` of the older one).
+`--weights float32` keeps the params float32 and builds the model with `dtype=bfloat16` (each
+layer rounds its weight where it reads it); it computes in bfloat16 either way.
 
 Each size is compiled once, run once to warm up, then timed 5 times; the median ms is printed.
 
@@ -9,6 +11,7 @@ Run:
   .venv/bin/python benchmarks/generate_speed.py
   git worktree add /tmp/old cd7d5a2
   .venv/bin/python benchmarks/generate_speed.py --src /tmp/old/src
+  .venv/bin/python benchmarks/generate_speed.py --weights float32
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ SIZES = ((64, 4), (128, 8), (256, 12))  # (d_model, layers)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="import jaxes from this src folder instead")
+    parser.add_argument("--weights", choices=("bfloat16", "float32"), default="bfloat16")
     args = parser.parse_args()
     if args.src:
         if not (Path(args.src) / "jaxes" / "__init__.py").is_file():
@@ -42,6 +46,9 @@ def main() -> None:
         model = Transformer(vocab=64, d_model=d_model, heads=4, layers=layers, max_len=48)
         params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
         params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+        if args.weights == "float32":
+            model = model.clone(dtype=jnp.bfloat16)
+            params = jax.tree.map(lambda x: x.astype(jnp.float32), params)
         prompts = jax.random.randint(jax.random.key(1), (batch, prompt), 0, 64)
 
         def run(p, tokens, model=model):

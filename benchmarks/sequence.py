@@ -41,7 +41,8 @@ P = 256; the int8-base rows are reported against float32 plain inference (no tar
 
 Part "plan": XLA's memory plan of one ES generation of a bfloat16 transformer at P = 256,
 compiled and never run: the params abstract (`jax.eval_shape` of `model.init`, cast to
-bfloat16), the state abstract (`jax.eval_shape` of `es.init`); `jax.jit(generation,
+bfloat16; with `--plan-weights float32` kept float32 and the model built with
+`dtype=jnp.bfloat16`, so each layer rounds its weight where it reads it), the state abstract (`jax.eval_shape` of `es.init`); `jax.jit(generation,
 donate_argnums=0).lower(state, key, prompts).compile().memory_analysis()`. The generation is
 ask -> `factored.evaluate(..., chunk_size=--plan-chunk)` (members vmapped a chunk at a time
 under `lax.map`) on a short decode (`--plan-batch` prompts of `--plan-prompt` tokens, then
@@ -364,12 +365,15 @@ def plan_row(size: str, args) -> dict:
 
     cfg = PLAN_SIZES[size] | {"prompt": args.plan_prompt, "steps": args.plan_steps}
     model = make_model(cfg)
+    if args.plan_weights == "float32":
+        model = model.clone(dtype=jnp.bfloat16)
     P, chunk, batch = args.plan_population, args.plan_chunk, args.plan_batch
 
     abstract = jax.eval_shape(
         lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
     )
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), abstract)
+    if args.plan_weights == "bfloat16":
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), abstract)
     n = count_params(abstract)
     es = jaxes.open_es(
         P,
@@ -460,6 +464,7 @@ def plan_row(size: str, args) -> dict:
         "chunk": chunk,
         "batch": batch,
         "rank": args.plan_rank,
+        "weights": args.plan_weights,
         "compile_s": c.wall,
         **plan,
         "state_bytes": state_bytes,
@@ -587,7 +592,8 @@ def target_lines(rows: list[dict], plans: list[dict]) -> list[str]:
         value = p["beyond_bytes_per_param"]
         verdict = "met" if value <= TARGET_BEYOND_BYTES_PER_PARAM else "MISSED"
         lines.append(
-            f"plan {p['size']} ({p['params']:,} params, bf16, P={p['P']}): "
+            f"plan {p['size']} ({p['params']:,} params, bf16, {p['weights']} weights, "
+            f"P={p['P']}): "
             f"{value:.2f} bytes/param beyond master + optimizer "
             f"(target <= {TARGET_BEYOND_BYTES_PER_PARAM:g}): {verdict}"
         )
@@ -622,6 +628,14 @@ def parse_args(argv: list[str]):
     parser.add_argument("--plan-prompt", type=int, default=16)
     parser.add_argument("--plan-steps", type=int, default=16)
     parser.add_argument("--plan-rank", type=int, default=1)
+    parser.add_argument(
+        "--plan-weights",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="the dtype of the weights the model reads: bfloat16 (a rounded copy of the "
+        "master), or float32 (the master, each weight rounded by its layer); it computes "
+        "in bfloat16 either way",
+    )
     parser.add_argument(
         "--no-plan-breakdown",
         dest="plan_breakdown",
@@ -710,8 +724,9 @@ def run(args, argv: list[str]) -> None:
         "plan_prompt": args.plan_prompt,
         "plan_steps": args.plan_steps,
         "plan_rank": args.plan_rank,
+        "plan_weights": args.plan_weights,
         "plan_strategy": "jaxes.open_es(P, 0.01, optimizer=jaxes.optim.clipup(0.01), "
-        "noise=jaxes.noise.lowrank(r), track_best=False), bfloat16 params",
+        f"noise=jaxes.noise.lowrank(r), track_best=False), {args.plan_weights} params",
         "beyond_formula": "(argument + output + temp - alias - master - optimizer) / params",
         "time_total_s": time.perf_counter() - start,
     }

@@ -134,6 +134,24 @@ def test_bfloat16_params_decode_with_a_bfloat16_cache_close_to_the_full_forward(
     assert cache.k.dtype == cache.v.dtype == jnp.bfloat16
 
 
+def test_a_bfloat16_model_on_float32_params_is_the_bfloat16_params_model_bit_for_bit(population):
+    # Each layer rounds its float32 weight where it reads it (flax's mixed precision): the
+    # same numbers as rounding the whole tree first, with no bfloat16 copy of the model.
+    narrow = jax.tree.map(lambda x: x.astype(jnp.bfloat16), PARAMS)
+    wide = jax.tree.map(lambda x: x.astype(jnp.float32), narrow)
+    model = MODEL.clone(dtype=jnp.bfloat16)
+    tokens = POOL[:BATCH]
+    mixed = jax.jit(lambda p: model.apply({"params": p}, tokens)[0])(wide)
+    assert mixed.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(mixed, full_logits(narrow, tokens).astype(jnp.bfloat16))
+    deltas = population[2]
+    task = sequence_task(model, init_params, POOL, reward, STEPS, batch_size=BATCH, chunk_size=2)
+    fitness, _, _ = jax.jit(task.evaluate_factored)(KEY, wide, deltas, None)
+    expected, _, _ = jax.jit(TASK.evaluate_factored)(KEY, narrow, deltas, None)
+    np.testing.assert_array_equal(fitness, expected)
+    assert len(set(np.asarray(fitness).tolist())) > 1  # the members differ
+
+
 def test_fitness_is_each_members_decode_scored_by_the_reward(population):
     _, _, _, each, fitness, info = population
     batch = prompt_batch(jax.random.split(KEY)[0], POOL, BATCH)

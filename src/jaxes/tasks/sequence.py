@@ -153,8 +153,11 @@ def prompt_batch(key: jax.Array, prompts: jax.Array, batch_size: int | None) -> 
     return prompts[rows]
 
 
-def _params_dtype(params):
-    # The cache holds activations: the params' floating dtype (an int8 kernel's scale decides).
+def _cache_dtype(model: nn.Module, params):
+    # The cache holds activations: the model's compute dtype where it declares one, else the
+    # params' floating dtype (an int8 kernel's scale decides).
+    if getattr(model, "dtype", None) is not None:
+        return jnp.dtype(model.dtype)
     leaves = jax.tree.leaves(params)
     return jnp.result_type(*[x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)])
 
@@ -250,7 +253,7 @@ def sequence_task(
             def apply_fn(tokens, cache, position):
                 return model.apply({"params": params}, tokens, cache, position)
 
-            return fitness(apply_fn, _params_dtype(params), batch, sample_key)
+            return fitness(apply_fn, _cache_dtype(model, params), batch, sample_key)
 
         out = jax.vmap(one)(members)
         return out, None, info(out.shape[0])
@@ -259,7 +262,7 @@ def sequence_task(
         del task_state
         batch_key, sample_key = jax.random.split(key)
         batch = prompt_batch(batch_key, prompts, batch_size)
-        dtype = _params_dtype(centre)
+        dtype = _cache_dtype(model, centre)
 
         def one(delta):
             def apply_fn(tokens, cache, position):
@@ -276,7 +279,7 @@ def sequence_task(
         def apply_fn(tokens, cache, position):
             return model.apply({"params": params}, tokens, cache, position)
 
-        cache = model.init_cache(eval_prompts.shape[0], _params_dtype(params))
+        cache = model.init_cache(eval_prompts.shape[0], _cache_dtype(model, params))
         tokens = generate(apply_fn, cache, eval_prompts, steps)
         return _rewards(reward_fn, eval_prompts, tokens)
 

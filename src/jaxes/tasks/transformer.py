@@ -15,8 +15,10 @@ call prefills a prompt, later calls decode one token each. With ``cache=None`` i
 plain causal forward pass over the whole sequence (for backprop, and the reference the
 cached decode is tested against).
 
-The model computes in its parameters' dtype (float32 or bfloat16); attention scores, the
-softmax and LayerNorm statistics stay in float32.
+The model computes in its parameters' dtype (float32 or bfloat16), or in ``dtype`` when set:
+``Transformer(..., dtype=jnp.bfloat16)`` on float32 parameters rounds each weight where its
+layer reads it (flax's mixed precision), so no bfloat16 copy of the whole model is made.
+Attention scores, the softmax and LayerNorm statistics stay in float32.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -35,7 +37,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -69,12 +71,15 @@ class Block(nn.Module):
     d_model: int
     heads: int
     mlp: int
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, x, cache_kv, position):
         batch, length, _ = x.shape
         head_dim = self.d_model // self.heads
-        qkv = nn.Dense(3 * self.d_model, name="qkv")(nn.LayerNorm(name="ln_attention")(x))
+        qkv = nn.Dense(3 * self.d_model, name="qkv", dtype=self.dtype)(
+            nn.LayerNorm(name="ln_attention", dtype=self.dtype)(x)
+        )
         q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
         queries_at = position + jnp.arange(length)
         if cache_kv is None:
@@ -94,9 +99,13 @@ class Block(nn.Module):
         scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
         attended = jnp.einsum("bhts,bshd->bthd", weights, values.astype(q.dtype))
-        x = x + nn.Dense(self.d_model, name="out")(attended.reshape(batch, length, -1))
-        h = nn.Dense(self.mlp * self.d_model, name="mlp_in")(nn.LayerNorm(name="ln_mlp")(x))
-        x = x + nn.Dense(self.d_model, name="mlp_out")(nn.gelu(h))
+        x = x + nn.Dense(self.d_model, name="out", dtype=self.dtype)(
+            attended.reshape(batch, length, -1)
+        )
+        h = nn.Dense(self.mlp * self.d_model, name="mlp_in", dtype=self.dtype)(
+            nn.LayerNorm(name="ln_mlp", dtype=self.dtype)(x)
+        )
+        x = x + nn.Dense(self.d_model, name="mlp_out", dtype=self.dtype)(nn.gelu(h))
         return x, cache_kv
 
 
@@ -111,6 +120,7 @@ class Transformer(nn.Module):
       layers: blocks.
       mlp: the MLP's hidden width as a multiple of ``d_model``.
       max_len: positions the model knows (and the cache holds).
+      dtype: the dtype every layer computes in; ``None``: the parameters' dtype.
     """
 
     vocab: int
@@ -119,6 +129,7 @@ class Transformer(nn.Module):
     layers: int = 2
     mlp: int = 4
     max_len: int = 64
+    dtype: Any = None
 
     def init_cache(self, batch: int, dtype=jnp.float32) -> KVCache:
         """An empty cache for ``batch`` sequences (no parameters needed).
@@ -141,18 +152,22 @@ class Transformer(nn.Module):
             raise ValueError(f"heads: {self.heads} does not divide d_model={self.d_model}")
         _check_position(position, tokens.shape[-1], self.max_len)
         positions = position + jnp.arange(tokens.shape[-1])
-        x = nn.Embed(self.vocab, self.d_model, name="embed")(tokens)
-        x = x + nn.Embed(self.max_len, self.d_model, name="position")(positions).astype(x.dtype)
+        x = nn.Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
+        x = x + nn.Embed(self.max_len, self.d_model, name="position", dtype=self.dtype)(
+            positions
+        ).astype(x.dtype)
         ks, vs = [], []
         length = tokens.shape[-1]
         for i in range(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-            block = Block(self.d_model, self.heads, self.mlp, name=f"block_{i}")
+            block = Block(self.d_model, self.heads, self.mlp, self.dtype, name=f"block_{i}")
             x, layer_cache = block(x, layer_cache, position)
             if cache is not None:
                 ks.append(jax.lax.dynamic_slice_in_dim(layer_cache[0], position, length, 1))
                 vs.append(jax.lax.dynamic_slice_in_dim(layer_cache[1], position, length, 1))
-        logits = nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln_final")(x))
+        logits = nn.Dense(self.vocab, name="head", dtype=self.dtype)(
+            nn.LayerNorm(name="ln_final", dtype=self.dtype)(x)
+        )
         if cache is None:
             return logits, None
         # Only the new rows of every layer go into the stacked cache, in one write XLA does in
