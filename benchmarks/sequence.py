@@ -42,7 +42,8 @@ P = 256; the int8-base rows are reported against float32 plain inference (no tar
 Part "plan": XLA's memory plan of one ES generation of a bfloat16 transformer at P = 256,
 compiled and never run: the params abstract (`jax.eval_shape` of `model.init`, cast to
 bfloat16; with `--plan-weights float32` kept float32 and the model built with
-`dtype=jnp.bfloat16`, so each layer rounds its weight where it reads it), the state abstract (`jax.eval_shape` of `es.init`); `jax.jit(generation,
+`dtype=jnp.bfloat16`, so each layer rounds its weight where it reads it), the state
+abstract (`jax.eval_shape` of `es.init`); `jax.jit(generation,
 donate_argnums=0).lower(state, key, prompts).compile().memory_analysis()`. The generation is
 ask -> `factored.evaluate(..., chunk_size=--plan-chunk)` (members vmapped a chunk at a time
 under `lax.map`) on a short decode (`--plan-batch` prompts of `--plan-prompt` tokens, then
