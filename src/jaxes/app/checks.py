@@ -98,6 +98,11 @@ def check_env_config(config) -> None:
     if gymnax:
         _check_gymnax_env(config.name, config.backend)
         return
+    if config.name not in brax_envs.env_names():
+        raise ConfigError(
+            f"env: unknown environment {config.name!r}; Brax's are {brax_envs.env_names()}, "
+            "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
+        )
     try:
         brax_envs.check_env(config.name, config.backend)
     except ValueError as err:
