@@ -55,7 +55,7 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     # Both families are named: Brax's by name, gymnax's (CartPole-v1) through `jaxes envs`.
     assert proc.stderr.startswith("jaxes: error: env: unknown environment 'cartpole'; Brax's")
-    assert "'hopper'" in proc.stderr and "CartPole-v1" in proc.stderr and "jaxes envs" in proc.stderr
+    assert all(name in proc.stderr for name in ("'hopper'", "CartPole-v1", "jaxes envs"))
     assert not (tmp_path / "r").exists()
 
 
