@@ -197,6 +197,15 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(run_copy):
     assert not dropped and [x["generation"] for x in records] == list(range(1, 21))
 
 
+def test_a_damaged_metadata_file_is_read_past_without_orbax_logs(run_copy):
+    # orbax restores without its _CHECKPOINT_METADATA, logging ERROR lines through absl; the
+    # CLI's output stays the one result line.
+    (run_copy / "checkpoints" / "20" / "_CHECKPOINT_METADATA").write_text("garbage")
+    proc = jaxes_cmd("eval", str(run_copy), timeout=600)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "generation 20" in proc.stdout and proc.stdout.count("\n") == 1
+
+
 def test_unreadable_checkpoints_everywhere_are_one_line(run_copy):
     for root, dirs, _ in os.walk(run_copy / "checkpoints"):
         for name in dirs:

@@ -78,10 +78,15 @@ def describe_mismatch(metadata_tree, like) -> str | None:
 
 
 def _quiet_orbax():
+    """orbax, with absl's logs at ERROR and above, or quieter where the caller set them so
+    (the CLI sets CRITICAL: a checkpoint's unreadable metadata file, which orbax reads past,
+    must not print its ERROR lines there)."""
     import absl.logging
 
-    absl.logging.set_verbosity(absl.logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    absl_logger = logging.getLogger("absl")
+    if absl_logger.getEffectiveLevel() < logging.ERROR:
+        absl.logging.set_verbosity(absl.logging.ERROR)
+        absl_logger.setLevel(logging.ERROR)
     import orbax.checkpoint as ocp
 
     return ocp
