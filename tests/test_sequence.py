@@ -4,6 +4,9 @@ One tiny model and one set of shapes for every test, so each jitted function com
 """
 
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -150,6 +153,52 @@ def test_a_bfloat16_model_on_float32_params_is_the_bfloat16_params_model_bit_for
     expected, _, _ = jax.jit(TASK.evaluate_factored)(KEY, narrow, deltas, None)
     np.testing.assert_array_equal(fitness, expected)
     assert len(set(np.asarray(fitness).tolist())) > 1  # the members differ
+
+
+_DECODE_TEMP = """
+import jax, jax.numpy as jnp
+from jaxes.tasks.sequence import generate
+from jaxes.tasks.transformer import Transformer
+
+model = Transformer(vocab=256, d_model=128, heads=4, layers=2, max_len=16)
+params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+params = params["params"]
+prompts = jax.ShapeDtypeStruct((2, 8), jnp.int32)
+
+def decode(model, params, prompts):
+    def apply_fn(tokens, cache, position):
+        return model.apply({"params": params}, tokens, cache, position)
+    return generate(apply_fn, model.init_cache(2, jnp.bfloat16), prompts, 8)
+
+def narrow(params, prompts):  # a bfloat16 copy of the model, read by every decode step
+    return decode(model, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), prompts)
+
+def mixed(params, prompts):  # each layer rounds the float32 weight it reads
+    return decode(model.clone(dtype=jnp.bfloat16), params, prompts)
+
+temps = [jax.jit(f).lower(params, prompts).compile().memory_analysis().temp_size_in_bytes
+         for f in (narrow, mixed)]
+print(sum(x.size for x in jax.tree.leaves(params)), *temps)
+"""
+
+
+def test_a_bfloat16_model_reading_float32_params_decodes_without_a_bfloat16_copy():
+    # XLA:CPU hoists a weight's rounding out of the decode loop unless told not to; with its
+    # memory-minded flags (process-wide, so a process of its own) the copy is gone.
+    flags = (
+        "--xla_cpu_enable_concurrency_optimized_scheduler=false "
+        "--xla_disable_hlo_passes=while-loop-invariant-code-motion"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _DECODE_TEMP],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XLA_FLAGS": flags},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    n, narrow, mixed = map(int, proc.stdout.split())
+    assert mixed <= narrow - 1.5 * n  # the bfloat16 copy is 2 bytes a parameter
 
 
 def test_fitness_is_each_members_decode_scored_by_the_reward(population):
