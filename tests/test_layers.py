@@ -45,6 +45,7 @@ LAYERS = [
                 "jaxes.types",
                 "jaxes.trees",
                 "jaxes.low_rank",
+                "jaxes.ordering",
                 "jaxes.checks",
                 "jaxes.compat",
                 "jaxes.extras",

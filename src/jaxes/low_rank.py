@@ -19,6 +19,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxes import ordering
+
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -126,11 +128,9 @@ def inner(v: jax.Array, x) -> jax.Array:
 
 
 def after(x: LowRank, done: jax.Array) -> LowRank:
-    """``x`` unchanged, bit for bit, but computed after ``done``: its left factor is multiplied
-    by a one that XLA cannot know is one before ``done`` exists. Writing the leaves of a
-    tree in turn, each ``LowRank`` made dense only ``after`` the previous leaf's write, keeps
-    one dense product alive at a time; otherwise XLA:CPU's scheduler starts every product at
-    once (they depend on nothing else) and holds them all (``benchmarks/sequence.py``)."""
-    first = jnp.ravel(done)[0]
-    one = jnp.where(jnp.isfinite(first), first * 0 + 1, 1).astype(x.a.dtype)
-    return LowRank(x.a * one, x.b)
+    """``x`` unchanged, bit for bit, but computed after ``done`` (``jaxes.ordering.after`` on
+    its left factor). Writing the leaves of a tree in turn, each ``LowRank`` made dense only
+    ``after`` the previous leaf's write, keeps one dense product alive at a time; otherwise
+    XLA:CPU's scheduler starts every product at once (they depend on nothing else) and holds
+    them all (``benchmarks/sequence.py``)."""
+    return LowRank(ordering.after(x.a, done), x.b)

@@ -1,0 +1,52 @@
+"""``jaxes.ordering.after``: the same bits, later; unbatched under ``vmap``; the identity for
+``grad``. Its effect on XLA's memory plan is tested where it is used (test_sequence's streamed
+decode, test_factored_tell's one product at a time)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxes.ordering import after
+
+TREE = {
+    "w": jnp.array([[1.5, -0.0], [jnp.nan, jnp.inf]]),
+    "narrow": jnp.array([3.0, -jnp.inf, 1e-40], jnp.bfloat16),
+    "double": np.array([np.nextafter(1.0, 2.0)], np.float32),
+}
+
+
+def bits(x):
+    x = np.asarray(x)
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+@pytest.mark.parametrize("done", [jnp.ones(3), jnp.array([jnp.nan]), jnp.array([-jnp.inf])])
+def test_every_leaf_keeps_its_bits_and_dtype_whatever_done_holds(done):
+    out = jax.jit(after)(TREE, done)
+    for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(TREE), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_a_weight_tied_to_a_batched_input_stays_one_weight():
+    w = jnp.arange(6.0).reshape(3, 2)
+
+    def layer(x):
+        return x @ after(w, x)
+
+    # Batched, the product would be (4, 3, 2): one weight per member.
+    jaxpr = jax.make_jaxpr(jax.vmap(layer))(jnp.ones((4, 3)))
+    shapes = {v.aval.shape for e in jaxpr.jaxpr.eqns for v in e.outvars}
+    assert (4, 3, 2) not in shapes
+    x = jnp.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(layer))(x), x @ w)
+    batched = jax.vmap(lambda w, x: after(w, x))(jnp.stack([w, 2 * w]), x[:2])
+    np.testing.assert_array_equal(batched, jnp.stack([w, 2 * w]))
+
+
+def test_grad_is_the_identity_in_the_tree_and_zero_in_done():
+    w, x = jnp.array([1.0, -2.0]), jnp.array([3.0, 4.0])
+    gw, gx = jax.grad(lambda w, x: jnp.sum(after(w, x) ** 2 * x), argnums=(0, 1))(w, x)
+    np.testing.assert_array_equal(gw, 2 * w * x)
+    np.testing.assert_array_equal(gx, w**2)  # only the direct use of x
