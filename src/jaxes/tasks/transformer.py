@@ -17,8 +17,12 @@ cached decode is tested against).
 
 The model computes in its parameters' dtype (float32 or bfloat16), or in ``dtype`` when set:
 ``Transformer(..., dtype=jnp.bfloat16)`` on float32 parameters rounds each weight where its
-layer reads it (flax's mixed precision), so no bfloat16 copy of the whole model is made.
-Attention scores, the softmax and LayerNorm statistics stay in float32.
+layer reads it (flax's mixed precision). Attention scores, the softmax and LayerNorm
+statistics stay in float32. A weight that a decode loop never changes is still converted by
+XLA once, ahead of the loop, for the whole model at a time (its bfloat16 rounding, and on
+the CPU, which multiplies in float32, a float32 copy too): ``stream_weights=True`` ties each
+projection's weights to its input (``jaxes.ordering.after``), so one layer's converted
+weights exist at a time, at the cost of converting them at every call.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -37,11 +41,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.linen.dtypes import promote_dtype
+
+from jaxes import ordering
 
 
 class KVCache(NamedTuple):
@@ -65,6 +73,34 @@ def _check_position(position, length: int, max_len: int) -> None:
         )
 
 
+class _Dense(nn.Dense):
+    """``nn.Dense``, whose weights with ``stream`` are read only once its input exists."""
+
+    stream: bool = False
+
+    @nn.compact
+    def __call__(self, inputs):
+        # Written out, not super().__call__: flax intercepts both calls, and
+        # jaxes.factored.apply would add the layer's term twice.
+        shape = (inputs.shape[-1], self.features)
+        kernel = self.param("kernel", self.kernel_init, shape, self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+        if self.stream:
+            kernel, bias = ordering.after((kernel, bias), inputs)
+        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        dims = (((inputs.ndim - 1,), (0,)), ((), ()))
+        return jax.lax.dot_general(inputs, kernel, dims, precision=self.precision) + bias
+
+
+class _Embed(nn.Embed):
+    """``nn.Embed`` that rounds the rows it looks up, not the table: the same values, without
+    a copy of the table in ``dtype``."""
+
+    def __call__(self, inputs):
+        rows = jnp.take(self.embedding, inputs, axis=0)
+        return rows if self.dtype is None else rows.astype(self.dtype)
+
+
 class Block(nn.Module):
     """One pre-LayerNorm block: causal self-attention, then a GELU MLP, each residual."""
 
@@ -72,12 +108,14 @@ class Block(nn.Module):
     heads: int
     mlp: int
     dtype: Any = None
+    stream_weights: bool = False
 
     @nn.compact
     def __call__(self, x, cache_kv, position):
         batch, length, _ = x.shape
         head_dim = self.d_model // self.heads
-        qkv = nn.Dense(3 * self.d_model, name="qkv", dtype=self.dtype)(
+        dense = functools.partial(_Dense, dtype=self.dtype, stream=self.stream_weights)
+        qkv = dense(3 * self.d_model, name="qkv")(
             nn.LayerNorm(name="ln_attention", dtype=self.dtype)(x)
         )
         q, k, v = jnp.split(qkv.reshape(batch, length, 3 * self.heads, head_dim), 3, axis=2)
@@ -99,13 +137,11 @@ class Block(nn.Module):
         scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
         attended = jnp.einsum("bhts,bshd->bthd", weights, values.astype(q.dtype))
-        x = x + nn.Dense(self.d_model, name="out", dtype=self.dtype)(
-            attended.reshape(batch, length, -1)
-        )
-        h = nn.Dense(self.mlp * self.d_model, name="mlp_in", dtype=self.dtype)(
+        x = x + dense(self.d_model, name="out")(attended.reshape(batch, length, -1))
+        h = dense(self.mlp * self.d_model, name="mlp_in")(
             nn.LayerNorm(name="ln_mlp", dtype=self.dtype)(x)
         )
-        x = x + nn.Dense(self.d_model, name="mlp_out", dtype=self.dtype)(nn.gelu(h))
+        x = x + dense(self.d_model, name="mlp_out")(nn.gelu(h))
         return x, cache_kv
 
 
@@ -121,6 +157,11 @@ class Transformer(nn.Module):
       mlp: the MLP's hidden width as a multiple of ``d_model``.
       max_len: positions the model knows (and the cache holds).
       dtype: the dtype every layer computes in; ``None``: the parameters' dtype.
+      stream_weights: read each projection's weights only once its input exists, so that
+        one layer's converted weights are held at a time rather than the whole model's
+        (less memory in a decode loop, a convert per call; the same outputs, bit for bit).
+        On the CPU it serves float32 params read by a ``dtype=jnp.bfloat16`` model:
+        bfloat16 params are widened there before any tie, and need more memory with it.
     """
 
     vocab: int
@@ -130,6 +171,7 @@ class Transformer(nn.Module):
     mlp: int = 4
     max_len: int = 64
     dtype: Any = None
+    stream_weights: bool = False
 
     def init_cache(self, batch: int, dtype=jnp.float32) -> KVCache:
         """An empty cache for ``batch`` sequences (no parameters needed).
@@ -152,20 +194,27 @@ class Transformer(nn.Module):
             raise ValueError(f"heads: {self.heads} does not divide d_model={self.d_model}")
         _check_position(position, tokens.shape[-1], self.max_len)
         positions = position + jnp.arange(tokens.shape[-1])
-        x = nn.Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
-        x = x + nn.Embed(self.max_len, self.d_model, name="position", dtype=self.dtype)(
+        x = _Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
+        x = x + _Embed(self.max_len, self.d_model, name="position", dtype=self.dtype)(
             positions
         ).astype(x.dtype)
         ks, vs = [], []
         length = tokens.shape[-1]
         for i in range(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-            block = Block(self.d_model, self.heads, self.mlp, self.dtype, name=f"block_{i}")
+            block = Block(
+                self.d_model,
+                self.heads,
+                self.mlp,
+                self.dtype,
+                self.stream_weights,
+                name=f"block_{i}",
+            )
             x, layer_cache = block(x, layer_cache, position)
             if cache is not None:
                 ks.append(jax.lax.dynamic_slice_in_dim(layer_cache[0], position, length, 1))
                 vs.append(jax.lax.dynamic_slice_in_dim(layer_cache[1], position, length, 1))
-        logits = nn.Dense(self.vocab, name="head", dtype=self.dtype)(
+        logits = _Dense(self.vocab, name="head", dtype=self.dtype, stream=self.stream_weights)(
             nn.LayerNorm(name="ln_final", dtype=self.dtype)(x)
         )
         if cache is None:
