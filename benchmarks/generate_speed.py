@@ -4,6 +4,8 @@ tokens, 32 new tokens, vocab 64). `--src` imports jaxes from another checkout's 
 commits' caches can be compared in the same sitting (a `git worktree` of the older one).
 `--weights float32` keeps the params float32 and builds the model with `dtype=bfloat16` (each
 layer rounds its weight where it reads it); it computes in bfloat16 either way.
+`--stream-weights` builds the model with `stream_weights=True` (each layer's weights
+converted once its input exists, at every call).
 
 Each size is compiled once, run once to warm up, then timed 5 times; the median ms is printed.
 
@@ -12,6 +14,7 @@ Run:
   git worktree add /tmp/old cd7d5a2
   .venv/bin/python benchmarks/generate_speed.py --src /tmp/old/src
   .venv/bin/python benchmarks/generate_speed.py --weights float32
+  .venv/bin/python benchmarks/generate_speed.py --weights float32 --stream-weights
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="import jaxes from this src folder instead")
     parser.add_argument("--weights", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument("--stream-weights", action="store_true")
     args = parser.parse_args()
     if args.src:
         if not (Path(args.src) / "jaxes" / "__init__.py").is_file():
@@ -40,10 +44,14 @@ def main() -> None:
     from jaxes.tasks.sequence import generate
     from jaxes.tasks.transformer import Transformer
 
+    if args.stream_weights and "stream_weights" not in Transformer.__dataclass_fields__:
+        parser.error("--stream-weights: this jaxes's Transformer has no stream_weights")
     print(f"jaxes from {sys.modules['jaxes'].__file__}")
     batch, prompt, steps = 64, 16, 32
     for d_model, layers in SIZES:
         model = Transformer(vocab=64, d_model=d_model, heads=4, layers=layers, max_len=48)
+        if args.stream_weights:
+            model = model.clone(stream_weights=True)
         params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
         params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
         if args.weights == "float32":

@@ -40,9 +40,11 @@ Targets (this CPU): lowrank r=1 and r=4 throughput fraction >= 50% at P = 16, >=
 P = 256; the int8-base rows are reported against float32 plain inference (no target).
 
 Part "plan": XLA's memory plan of one ES generation of a bfloat16 transformer at P = 256,
-compiled and never run: the params abstract (`jax.eval_shape` of `model.init`, cast to
-bfloat16; with `--plan-weights float32` kept float32 and the model built with
-`dtype=jnp.bfloat16`, so each layer rounds its weight where it reads it), the state
+compiled and never run: the params abstract (`jax.eval_shape` of `model.init`: float32,
+the model built with `dtype=jnp.bfloat16`, so each layer rounds its weight where it reads
+it; with `--plan-weights bfloat16` cast to bfloat16, a rounded copy of the master), the
+model built with `stream_weights=True` (each layer's weights converted once its input
+exists; `--no-plan-stream-weights`: XLA converts them when it likes), the state
 abstract (`jax.eval_shape` of `es.init`); `jax.jit(generation,
 donate_argnums=0).lower(state, key, prompts).compile().memory_analysis()`. The generation is
 ask -> `factored.evaluate(..., chunk_size=--plan-chunk)` (members vmapped a chunk at a time
@@ -78,6 +80,7 @@ prints tables.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shutil
@@ -365,7 +368,7 @@ def plan_row(size: str, args) -> dict:
     from jaxes.tasks.sequence import generate
 
     cfg = PLAN_SIZES[size] | {"prompt": args.plan_prompt, "steps": args.plan_steps}
-    model = make_model(cfg)
+    model = make_model(cfg).clone(stream_weights=args.plan_stream_weights)
     if args.plan_weights == "float32":
         model = model.clone(dtype=jnp.bfloat16)
     P, chunk, batch = args.plan_population, args.plan_chunk, args.plan_batch
@@ -466,6 +469,7 @@ def plan_row(size: str, args) -> dict:
         "batch": batch,
         "rank": args.plan_rank,
         "weights": args.plan_weights,
+        "stream_weights": args.plan_stream_weights,
         "compile_s": c.wall,
         **plan,
         "state_bytes": state_bytes,
@@ -632,10 +636,17 @@ def parse_args(argv: list[str]):
     parser.add_argument(
         "--plan-weights",
         choices=("bfloat16", "float32"),
-        default="bfloat16",
-        help="the dtype of the weights the model reads: bfloat16 (a rounded copy of the "
-        "master), or float32 (the master, each weight rounded by its layer); it computes "
+        default="float32",
+        help="the dtype of the weights the model reads: float32 (the master, each weight "
+        "rounded by its layer), or bfloat16 (a rounded copy of the master); it computes "
         "in bfloat16 either way",
+    )
+    parser.add_argument(
+        "--plan-stream-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="build the model with stream_weights=True: each layer's weights are converted "
+        "once its input exists, not the whole model's ahead of the decode loop",
     )
     parser.add_argument(
         "--no-plan-breakdown",
@@ -726,6 +737,7 @@ def run(args, argv: list[str]) -> None:
         "plan_steps": args.plan_steps,
         "plan_rank": args.plan_rank,
         "plan_weights": args.plan_weights,
+        "plan_stream_weights": args.plan_stream_weights,
         "plan_strategy": "jaxes.open_es(P, 0.01, optimizer=jaxes.optim.clipup(0.01), "
         f"noise=jaxes.noise.lowrank(r), track_best=False), {args.plan_weights} params",
         "beyond_formula": "(argument + output + temp - alias - master - optimizer) / params",
