@@ -1,7 +1,8 @@
 """How fast `jaxes.tasks.sequence.generate` decodes with `jaxes.tasks.transformer`'s KV cache,
 and its compiled temp memory, for a few model sizes (bfloat16 params, 64 prompts of 16
-tokens, 32 new tokens, vocab 64). `--src` imports jaxes from another checkout's `src`, so two
-commits' caches can be compared in the same sitting (a `git worktree` of the older one).
+tokens or `--batch` prompts, 32 new tokens, vocab 64). `--src` imports jaxes from another
+checkout's `src`, so two commits' caches can be compared in the same sitting (a `git
+worktree` of the older one).
 `--weights float32` keeps the params float32 and builds the model with `dtype=bfloat16` (each
 layer rounds its weight where it reads it); it computes in bfloat16 either way.
 `--stream-weights` builds the model with `stream_weights=True` (each layer's weights
@@ -15,6 +16,7 @@ Run:
   .venv/bin/python benchmarks/generate_speed.py --src /tmp/old/src
   .venv/bin/python benchmarks/generate_speed.py --weights float32
   .venv/bin/python benchmarks/generate_speed.py --weights float32 --stream-weights
+  .venv/bin/python benchmarks/generate_speed.py --weights float32 --stream-weights --batch 2
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ def main() -> None:
     parser.add_argument("--src", help="import jaxes from this src folder instead")
     parser.add_argument("--weights", choices=("bfloat16", "float32"), default="bfloat16")
     parser.add_argument("--stream-weights", action="store_true")
+    parser.add_argument("--batch", type=int, default=64, help="prompts decoded at once")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch: expected a count >= 1, got {args.batch}")
     if args.src:
         if not (Path(args.src) / "jaxes" / "__init__.py").is_file():
             parser.error(f"--src: expected a folder holding jaxes/__init__.py, got {args.src!r}")
@@ -47,7 +52,7 @@ def main() -> None:
     if args.stream_weights and "stream_weights" not in Transformer.__dataclass_fields__:
         parser.error("--stream-weights: this jaxes's Transformer has no stream_weights")
     print(f"jaxes from {sys.modules['jaxes'].__file__}")
-    batch, prompt, steps = 64, 16, 32
+    batch, prompt, steps = args.batch, 16, 32
     for d_model, layers in SIZES:
         model = Transformer(vocab=64, d_model=d_model, heads=4, layers=layers, max_len=48)
         if args.stream_weights:
