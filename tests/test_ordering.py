@@ -12,7 +12,7 @@ from jaxes.ordering import after
 TREE = {
     "w": jnp.array([[1.5, -0.0], [jnp.nan, jnp.inf]]),
     "narrow": jnp.array([3.0, -jnp.inf, 1e-40], jnp.bfloat16),
-    "double": np.array([np.nextafter(1.0, 2.0)], np.float32),
+    "next_to_one": np.array([np.nextafter(1.0, 2.0)], np.float32),
 }
 
 
@@ -50,3 +50,15 @@ def test_grad_is_the_identity_in_the_tree_and_zero_in_done():
     gw, gx = jax.grad(lambda w, x: jnp.sum(after(w, x) ** 2 * x), argnums=(0, 1))(w, x)
     np.testing.assert_array_equal(gw, 2 * w * x)
     np.testing.assert_array_equal(gx, w**2)  # only the direct use of x
+
+
+@pytest.mark.parametrize("done", [jnp.ones(3), jnp.arange(3), jnp.ones(3, bool)])
+def test_the_tie_survives_xla_for_a_done_of_any_dtype(done):
+    # XLA folds an integer's d * 0, and then the select, and the order is lost.
+    compiled = jax.jit(after).lower(jnp.arange(6.0), done).compile().as_text()
+    assert "select" in compiled
+
+
+def test_an_empty_done_is_a_clear_error():
+    with pytest.raises(ValueError, match="done: expected at least one element"):
+        after(jnp.ones(2), jnp.ones((0, 3)))

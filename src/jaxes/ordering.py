@@ -29,9 +29,12 @@ from jax.custom_batching import custom_vmap
 
 
 def _true_after(done: jax.Array) -> jax.Array:
-    """``True``, computed from ``done``'s first element ``d``: ``d · 0`` is ±0 or NaN, and
-    XLA folds neither ``0 · d`` for floats nor the test."""
-    zero = jnp.ravel(done)[0] * 0
+    """``True``, computed from ``done``'s first element ``d`` as a float (XLA folds an
+    integer's ``0 · d``): ``d · 0`` is ±0 or NaN, and XLA folds neither ``0 · d`` for floats
+    nor the test."""
+    if jnp.size(done) == 0:
+        raise ValueError(f"done: expected at least one element, got shape {jnp.shape(done)}")
+    zero = jnp.ravel(done)[0].astype(jnp.float32) * 0
     return (zero == 0) | jnp.isnan(zero)
 
 
@@ -56,7 +59,8 @@ def _tie_rule(axis_size, in_batched, tree, done):
 
 @jax.custom_jvp
 def after(tree, done):
-    """``tree`` (arrays, floating ``done``), every leaf the same bits, computed after ``done``.
+    """``tree`` (arrays), every leaf the same bits, computed after ``done`` (any array with an
+    element).
 
     Under ``vmap`` a leaf is batched only where it was (a tie to a batched ``done`` reads its
     first element across the batch). Differentiates as the identity in ``tree``, zero in

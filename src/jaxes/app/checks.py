@@ -98,9 +98,10 @@ def check_env_config(config) -> None:
     if gymnax:
         _check_gymnax_env(config.name, config.backend)
         return
-    if config.name not in brax_envs.env_names():
+    brax_names = brax_envs.env_names()
+    if config.name not in brax_names:
         raise ConfigError(
-            f"env: unknown environment {config.name!r}; Brax's are {brax_envs.env_names()}, "
+            f"env: unknown environment {config.name!r}; Brax's are {brax_names}, "
             "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
         )
     try:
