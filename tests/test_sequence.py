@@ -235,6 +235,15 @@ def test_the_device_split_gives_the_one_device_generation(population):
     assert int(split_metrics["evaluations"]) == P
 
 
+def test_bad_tokens_and_positions_name_the_argument():
+    # The model's own embeddings look rows up themselves, so flax's check is theirs to make.
+    with pytest.raises(ValueError, match="^tokens: expected integer token ids, got float32"):
+        jax.eval_shape(full_logits, PARAMS, jnp.ones((1, 3)))
+    cache = MODEL.init_cache(1)
+    with pytest.raises(ValueError, match="^position: 3 tokens at position 6 do not fit"):
+        MODEL.apply({"params": PARAMS}, POOL[:1], cache, 6)
+
+
 def test_a_reward_of_the_wrong_shape_names_the_expected_one(population):
     _, members, deltas, _, _, _ = population
     task = sequence_task(

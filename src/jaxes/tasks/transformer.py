@@ -192,6 +192,8 @@ class Transformer(nn.Module):
         and returns ``(logits, None)``."""
         if self.d_model % self.heads:
             raise ValueError(f"heads: {self.heads} does not divide d_model={self.d_model}")
+        if not jnp.issubdtype(jnp.result_type(tokens), jnp.integer):
+            raise ValueError(f"tokens: expected integer token ids, got {jnp.result_type(tokens)}")
         _check_position(position, tokens.shape[-1], self.max_len)
         positions = position + jnp.arange(tokens.shape[-1])
         x = _Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
