@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -193,3 +194,21 @@ def rewrap_keys(tree, like):
         tree,
         like,
     )
+
+
+def merged(searched, frozen):
+    """The nested dicts ``searched`` and ``frozen`` as one tree (``frozen`` ``None``:
+    ``searched`` as it is): a model's params, of which a search moves only some.
+
+    Example:
+      >>> merged({"a": {"w": 1}}, {"a": {"b": 2}, "c": 3})
+      {'a': {'w': 1, 'b': 2}, 'c': 3}
+    """
+    if frozen is None:
+        return searched
+    if not isinstance(searched, Mapping) or not isinstance(frozen, Mapping):
+        raise ValueError("frozen: expected nested dicts beside the searched params")
+    out = dict(searched)
+    for name, value in frozen.items():
+        out[name] = merged(out[name], value) if name in out else value
+    return out

@@ -41,7 +41,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxes import factored
+from jaxes import factored, trees
 from jaxes.checks import check_int, check_positive
 from jaxes.types import Task
 
@@ -61,10 +61,19 @@ class SequenceInfo(NamedTuple):
     generated_tokens: jax.Array
 
 
-def _pick(key, logits: jax.Array, temperature: float) -> jax.Array:
+def _pick(key, logits: jax.Array, temperature: float, top_p: float = 1.0) -> jax.Array:
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    logits = logits / temperature
+    if top_p < 1.0:
+        # Nucleus sampling: the smallest set of most likely tokens whose probability reaches
+        # top_p (the most likely token always stays), the rest never drawn.
+        ordered = jnp.sort(logits, axis=-1)[..., ::-1]
+        probs = jax.nn.softmax(ordered, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs
+        kept = jnp.where(before < top_p, ordered, jnp.inf).min(axis=-1, keepdims=True)
+        logits = jnp.where(logits >= kept, logits, -jnp.inf)
+    return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
 def generate(
@@ -75,6 +84,7 @@ def generate(
     *,
     key: jax.Array | None = None,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     with_logits: bool = False,
 ):
     """Continue ``prompts`` by ``steps`` tokens: one prefill, then ``steps - 1`` one-token
@@ -89,6 +99,8 @@ def generate(
       steps: tokens to generate (static, ``>= 1``).
       key: the sampling key (needed when ``temperature > 0``).
       temperature: ``0``: greedy (argmax); else sample from ``softmax(logits / temperature)``.
+      top_p: sample only from the most likely tokens whose probability reaches ``top_p``
+        (nucleus sampling; ``1``: all of them).
       with_logits: also return the float32 logits each token was chosen from.
 
     Returns:
@@ -109,6 +121,7 @@ def generate(
     """
     steps = check_int("steps", steps, 1)
     temperature = check_positive("temperature", temperature, allow_zero=True)
+    top_p = _check_top_p(top_p)
     if temperature > 0 and key is None:
         raise ValueError("key: sampling (temperature > 0) needs a key")
     prompts = jnp.asarray(prompts)
@@ -120,13 +133,13 @@ def generate(
     keys = jax.random.split(key, steps) if temperature > 0 else jnp.zeros((steps,))
     logits, cache = apply_fn(prompts.astype(jnp.int32), cache, 0)
     logits = logits[:, -1].astype(jnp.float32)
-    token = _pick(keys[0], logits, temperature)
+    token = _pick(keys[0], logits, temperature, top_p)
 
     def decode(carry, step_key):
         token, logits, cache, position = carry
         next_logits, cache = apply_fn(token[:, None], cache, position)
         next_logits = next_logits[:, -1].astype(jnp.float32)
-        next_token = _pick(step_key, next_logits, temperature)
+        next_token = _pick(step_key, next_logits, temperature, top_p)
         return (next_token, next_logits, cache, position + 1), (token, logits)
 
     start = (token, logits, cache, jnp.int32(prompts.shape[1]))
@@ -137,9 +150,17 @@ def generate(
     return tokens, jnp.moveaxis(jnp.concatenate([all_logits, logits[None]]), 0, 1)
 
 
-def prompt_batch(key: jax.Array, prompts: jax.Array, batch_size: int | None) -> jax.Array:
+def _check_top_p(top_p) -> float:
+    top_p = check_positive("top_p", top_p)
+    if top_p > 1.0:
+        raise ValueError(f"top_p: expected a probability in (0, 1], got {top_p}")
+    return top_p
+
+
+def prompt_batch(key: jax.Array, prompts, batch_size: int | None):
     """``batch_size`` distinct prompts of the pool drawn with ``key`` (all of them, in order,
-    for ``None`` or the pool's size).
+    for ``None`` or the pool's size). ``prompts`` may be a tuple of arrays with one row per
+    prompt (the tokens and each one's padding): the same rows of each are drawn.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -147,10 +168,11 @@ def prompt_batch(key: jax.Array, prompts: jax.Array, batch_size: int | None) -> 
       >>> prompt_batch(jax.random.key(0), pool, 3).shape
       (3, 2)
     """
-    if batch_size is None or batch_size == prompts.shape[0]:
+    size = jax.tree.leaves(prompts)[0].shape[0]
+    if batch_size is None or batch_size == size:
         return prompts
-    rows = jax.random.choice(key, prompts.shape[0], (batch_size,), replace=False)
-    return prompts[rows]
+    rows = jax.random.choice(key, size, (batch_size,), replace=False)
+    return jax.tree.map(lambda x: x[rows], prompts)
 
 
 def _cache_dtype(model: nn.Module, params):
@@ -171,6 +193,16 @@ def _check_prompts(name: str, prompts) -> jax.Array:
     return prompts.astype(jnp.int32)
 
 
+def _check_starts(name: str, starts, prompts: jax.Array) -> jax.Array:
+    starts = jnp.asarray(starts)
+    if starts.shape != prompts.shape[:1] or not jnp.issubdtype(starts.dtype, jnp.integer):
+        raise ValueError(
+            f"{name}: expected ({prompts.shape[0]},) int slots, one per prompt, got shape "
+            f"{starts.shape} and dtype {starts.dtype}"
+        )
+    return starts.astype(jnp.int32)
+
+
 def _rewards(reward_fn: RewardFn, prompts: jax.Array, tokens: jax.Array) -> jax.Array:
     rewards = jnp.asarray(reward_fn(prompts, tokens))
     expected = (prompts.shape[0],)
@@ -189,9 +221,13 @@ def sequence_task(
     steps: int,
     *,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     batch_size: int | None = None,
     eval_prompts=None,
     chunk_size: int | None = None,
+    starts=None,
+    eval_starts=None,
+    frozen=None,
 ) -> Task:
     """A ``Task`` whose fitness is the mean reward of the sequences a member generates.
 
@@ -209,10 +245,16 @@ def sequence_task(
         function of tokens (maximised).
       steps: tokens generated per prompt.
       temperature: ``0`` decodes greedily; else members sample at this temperature.
+      top_p: members sample from the most likely tokens whose probability reaches it.
       batch_size: prompts per generation (``None``: the whole pool).
       eval_prompts: the prompts ``evaluate_policy`` decodes greedily with the centre, one
         reward each (``None``: the pool).
       chunk_size: members evaluated at once (``None``: the strategy's memory-budget choice).
+      starts, eval_starts: ``(N,)`` each prompt's first real token, for left-padded prompts
+        of different lengths (``None``: none padded); the model's
+        ``init_cache(batch, dtype, start=...)`` takes them (``jaxes.llm.CausalLM`` does).
+      frozen: params the search leaves alone (nested dicts, e.g. a pretrained model's
+        embeddings), merged into every member's: the searched params are the rest.
     """
     # Longer than 60 lines because the Task's methods are closures over the model, the
     # prompts and the checked settings; split apart, each would take them all as arguments.
@@ -220,6 +262,10 @@ def sequence_task(
     eval_prompts = prompts if eval_prompts is None else _check_prompts("eval_prompts", eval_prompts)
     steps = check_int("steps", steps, 1)
     temperature = check_positive("temperature", temperature, allow_zero=True)
+    top_p = _check_top_p(top_p)
+    pool = prompts if starts is None else (prompts, _check_starts("starts", starts, prompts))
+    if eval_starts is not None:
+        eval_starts = _check_starts("eval_starts", eval_starts, eval_prompts)
     if batch_size is not None:
         batch_size = check_int("batch_size", batch_size, 1, prompts.shape[0])
     if chunk_size is not None:
@@ -233,9 +279,17 @@ def sequence_task(
         )
     n = prompts.shape[0] if batch_size is None else batch_size
 
+    def new_cache(rows: int, dtype, start):
+        if start is None:
+            return model.init_cache(rows, dtype)
+        return model.init_cache(rows, dtype, start=start)
+
     def fitness(apply_fn, dtype, batch, sample_key):
-        cache = model.init_cache(batch.shape[0], dtype)
-        tokens = generate(apply_fn, cache, batch, steps, key=sample_key, temperature=temperature)
+        batch, start = batch if starts is not None else (batch, None)
+        cache = new_cache(batch.shape[0], dtype, start)
+        tokens = generate(
+            apply_fn, cache, batch, steps, key=sample_key, temperature=temperature, top_p=top_p
+        )
         return jnp.mean(_rewards(reward_fn, batch, tokens))
 
     def info(members: int) -> SequenceInfo:
@@ -247,9 +301,11 @@ def sequence_task(
     def evaluate(key, members, task_state):
         del task_state
         batch_key, sample_key = jax.random.split(key)
-        batch = prompt_batch(batch_key, prompts, batch_size)
+        batch = prompt_batch(batch_key, pool, batch_size)
 
         def one(params):
+            params = trees.merged(params, frozen)
+
             def apply_fn(tokens, cache, position):
                 return model.apply({"params": params}, tokens, cache, position)
 
@@ -261,10 +317,13 @@ def sequence_task(
     def evaluate_factored(key, centre, deltas, task_state):
         del task_state
         batch_key, sample_key = jax.random.split(key)
-        batch = prompt_batch(batch_key, prompts, batch_size)
+        batch = prompt_batch(batch_key, pool, batch_size)
         dtype = _cache_dtype(model, centre)
+        centre = trees.merged(centre, frozen)
 
         def one(delta):
+            delta = trees.merged(delta, jax.tree.map(lambda x: None, frozen))
+
             def apply_fn(tokens, cache, position):
                 return factored.apply(model, centre, delta, tokens, cache, position)
 
@@ -275,11 +334,12 @@ def sequence_task(
 
     def evaluate_policy(key, params, task_state):
         del key, task_state
+        params = trees.merged(params, frozen)
 
         def apply_fn(tokens, cache, position):
             return model.apply({"params": params}, tokens, cache, position)
 
-        cache = model.init_cache(eval_prompts.shape[0], _cache_dtype(model, params))
+        cache = new_cache(eval_prompts.shape[0], _cache_dtype(model, params), eval_starts)
         tokens = generate(apply_fn, cache, eval_prompts, steps)
         return _rewards(reward_fn, eval_prompts, tokens)
 

@@ -47,9 +47,8 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax.linen.dtypes import promote_dtype
 
-from jaxes import ordering
+from jaxes.tasks.layers import Dense, Embed
 
 
 class KVCache(NamedTuple):
@@ -73,34 +72,6 @@ def _check_position(position, length: int, max_len: int) -> None:
         )
 
 
-class _Dense(nn.Dense):
-    """``nn.Dense``, whose weights with ``stream`` are read only once its input exists."""
-
-    stream: bool = False
-
-    @nn.compact
-    def __call__(self, inputs):
-        # Written out, not super().__call__: flax intercepts both calls, and
-        # jaxes.factored.apply would add the layer's term twice.
-        shape = (inputs.shape[-1], self.features)
-        kernel = self.param("kernel", self.kernel_init, shape, self.param_dtype)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
-        if self.stream:
-            kernel, bias = ordering.after((kernel, bias), inputs)
-        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        dims = (((inputs.ndim - 1,), (0,)), ((), ()))
-        return jax.lax.dot_general(inputs, kernel, dims, precision=self.precision) + bias
-
-
-class _Embed(nn.Embed):
-    """``nn.Embed`` that rounds the rows it looks up, not the table: the same values, without
-    a copy of the table in ``dtype``."""
-
-    def __call__(self, inputs):
-        rows = jnp.take(self.embedding, inputs, axis=0)
-        return rows if self.dtype is None else rows.astype(self.dtype)
-
-
 class Block(nn.Module):
     """One pre-LayerNorm block: causal self-attention, then a GELU MLP, each residual."""
 
@@ -114,7 +85,7 @@ class Block(nn.Module):
     def __call__(self, x, cache_kv, position):
         batch, length, _ = x.shape
         head_dim = self.d_model // self.heads
-        dense = functools.partial(_Dense, dtype=self.dtype, stream=self.stream_weights)
+        dense = functools.partial(Dense, dtype=self.dtype, stream=self.stream_weights)
         qkv = dense(3 * self.d_model, name="qkv")(
             nn.LayerNorm(name="ln_attention", dtype=self.dtype)(x)
         )
@@ -196,8 +167,8 @@ class Transformer(nn.Module):
             raise ValueError(f"tokens: expected integer token ids, got {jnp.result_type(tokens)}")
         _check_position(position, tokens.shape[-1], self.max_len)
         positions = position + jnp.arange(tokens.shape[-1])
-        x = _Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
-        x = x + _Embed(self.max_len, self.d_model, name="position", dtype=self.dtype)(
+        x = Embed(self.vocab, self.d_model, name="embed", dtype=self.dtype)(tokens)
+        x = x + Embed(self.max_len, self.d_model, name="position", dtype=self.dtype)(
             positions
         ).astype(x.dtype)
         ks, vs = [], []
@@ -216,7 +187,7 @@ class Transformer(nn.Module):
             if cache is not None:
                 ks.append(jax.lax.dynamic_slice_in_dim(layer_cache[0], position, length, 1))
                 vs.append(jax.lax.dynamic_slice_in_dim(layer_cache[1], position, length, 1))
-        logits = _Dense(self.vocab, name="head", dtype=self.dtype, stream=self.stream_weights)(
+        logits = Dense(self.vocab, name="head", dtype=self.dtype, stream=self.stream_weights)(
             nn.LayerNorm(name="ln_final", dtype=self.dtype)(x)
         )
         if cache is None:
