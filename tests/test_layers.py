@@ -21,6 +21,7 @@ LAYERS = [
     ("training", ["jaxes.training"]),
     ("devices", ["jaxes.parallel"]),
     ("generation", ["jaxes.step"]),
+    ("models", ["jaxes.llm"]),
     (
         "search",
         [

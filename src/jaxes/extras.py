@@ -16,6 +16,8 @@ MODULES = {
     "brax": ("brax", "mujoco"),
     "gymnax": ("gymnax", "gymnasium", "six"),
     "plot": ("matplotlib",),
+    # Hugging Face checkpoints, tokenizers and chat templates (jaxes.llm).
+    "llm": ("safetensors", "tokenizers", "jinja2"),
     # Experiment trackers (jaxes.training.trackers).
     "tensorboard": ("tensorboardX",),
     "wandb": ("wandb",),
