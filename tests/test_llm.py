@@ -229,3 +229,18 @@ def test_members_of_a_text_task_are_scored_factored_from_a_bfloat16_int8_base(qw
     fitness, info = jax.jit(one)(state, jax.random.key(1))
     assert fitness.shape == (4,) and bool(jnp.all(jnp.isfinite(fitness)))
     assert int(info.generated_tokens) == 4 * 2 * 4
+
+
+def test_transformers_4s_rope_keys_read_the_same_as_5s(tmp_path):
+    """Checkpoints saved by transformers 4 (most of the hub) spell RoPE's settings as
+    top-level ``rope_theta`` and ``rope_scaling``; the fixtures were saved by transformers 5."""
+    model = _copy(tmp_path, "llama3-tied")
+    new = json.loads((model / "config.json").read_text())
+    rope = dict(new.pop("rope_parameters"))
+    old = {**new, "rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
+    (model / "config.json").write_text(json.dumps(old))
+    assert load(model).config == load(FIXTURES / "llama3-tied").config
+    assert load(model).config.rope_scaling.factor == 8.0
+    (model / "config.json").write_text(json.dumps({**old, "rope_scaling": {"rope_type": "yarn"}}))
+    with pytest.raises(ModelError, match="rope_scaling of type 'yarn' is not supported"):
+        load(model)
