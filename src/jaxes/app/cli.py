@@ -1,9 +1,9 @@
-"""The ``jaxes`` command: train, eval, render and envs.
+"""The ``jaxes`` command: train, eval, render, envs, finetune and export.
 
-This module holds the CLI's output policy; ``parser`` holds the arguments, ``train_command``
-and ``commands`` the commands. Errors print one line (``jaxes: error: ...``) and exit with
-status 2, no traceback, and nothing already written is touched; Ctrl-C exits with 130 within
-moments, also during an XLA compile (``jaxes.app.interrupts``).
+This module holds the CLI's output policy; ``parser`` holds the arguments, ``train_command``,
+``finetune_command`` and ``commands`` the commands. Errors print one line (``jaxes: error:
+...``) and exit with status 2, no traceback, and nothing already written is touched; Ctrl-C
+exits with 130 within moments, also during an XLA compile (``jaxes.app.interrupts``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import warnings
 from jaxes.app import interrupts
 from jaxes.app.commands import envs_command, eval_command, render_command
 from jaxes.app.errors import fail
+from jaxes.app.finetune_command import export_command, finetune_command
 from jaxes.app.parser import parser
 from jaxes.app.train_command import RUN_DIR, train_command
 from jaxes.training import rundir
@@ -28,7 +29,12 @@ COMMANDS = {
     "eval": eval_command,
     "render": render_command,
     "envs": envs_command,
+    "finetune": finetune_command,
+    "export": export_command,
 }
+# The command running, for the interrupt message's resume command (`jaxes finetune` writes a
+# run in RUN_DIR too).
+COMMAND: list[str] = ["train"]
 
 
 def _interrupt_message(signum: int) -> str:
@@ -39,7 +45,7 @@ def _interrupt_message(signum: int) -> str:
     if out is None:
         return name
     if complete_steps(rundir.checkpoints_of(out)):
-        return f"{name}; continue with `jaxes train --out {out} --resume`"
+        return f"{name}; continue with `jaxes {COMMAND[0]} --out {out} --resume`"
     if os.path.isfile(os.path.join(out, rundir.CONFIG)):
         return (
             f"{name} before the first checkpoint; run the same command again to start over in {out}"
@@ -59,6 +65,7 @@ def _quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs one ``jaxes`` command and returns its exit status (errors: one line, status 2)."""
     args = parser().parse_args(argv)
+    COMMAND[0] = args.command
     import jax
 
     from jaxes.extras import MissingExtra

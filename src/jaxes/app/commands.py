@@ -20,6 +20,7 @@ def _loaded(args):
             raise config_lib.ConfigError(
                 f"--{name.replace('_', '-')}: expected an int >= 1, got {value}"
             )
+    _refuse_finetune_run(args.run_dir, getattr(args, "command", "eval"))
     config, _, task, step, state = train.load_run(args.run_dir, args.checkpoint)
     changes = {}
     if hasattr(args, "episodes"):
@@ -30,6 +31,21 @@ def _loaded(args):
         config = config.replace(**changes)
         _, task = build(config)
     return config, task, step, state
+
+
+def _refuse_finetune_run(run_dir: str, command: str) -> None:
+    """A ``jaxes finetune`` run is read by ``jaxes export``, not by the Brax commands."""
+    from jaxes.app import config as config_lib
+    from jaxes.app.finetune import COMMAND
+    from jaxes.training import rundir
+
+    path = os.path.join(run_dir, rundir.CONFIG)
+    saved = rundir.read_json(path) if os.path.isfile(path) else None
+    if isinstance(saved, dict) and saved.get("command") == COMMAND:
+        raise config_lib.ConfigError(
+            f"{command}: {run_dir} is a `jaxes finetune` run: its held-out reward is eval_return "
+            f"in metrics.jsonl, and `jaxes export {run_dir} --out DIR` writes its model"
+        )
 
 
 def eval_command(args) -> int:

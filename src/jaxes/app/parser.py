@@ -3,6 +3,7 @@
 ``TRAIN_FLAGS`` maps each flag of ``jaxes train`` to the ``TrainConfig`` field it sets; a flag
 left out is ``None``, so that the env's preset, then ``--config FILE.toml``, fills it. Parse
 errors print one line (``jaxes: error: ...``) and exit with status 2, as every CLI error does.
+The flags of ``jaxes finetune`` and ``jaxes export`` are ``finetune_command``'s.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 from jaxes.app import checks, presets
 from jaxes.app.config import FIELDS, UNSET
 from jaxes.app.errors import fail
+from jaxes.app.finetune_command import finetune_arguments
 from jaxes.strategies import STRATEGIES
 from jaxes.training import checkpoint
 
@@ -205,6 +207,7 @@ def parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _train_arguments(sub)
     _run_reader_arguments(sub)
+    finetune_arguments(sub)
     sub.add_parser(
         "envs",
         help="list the Brax environments",

@@ -74,6 +74,8 @@ class TextReward:
             raise RewardError(self.failure) from err
 
     def _host(self, prompts: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        # JAX hands a callback jax.Arrays: read as numpy, no row costs a JAX op.
+        prompts, generated = np.asarray(prompts), np.asarray(generated)
         lead = generated.shape[:-1]
         prompts = np.broadcast_to(prompts, lead + prompts.shape[-1:]).reshape(-1, prompts.shape[-1])
         rows = generated.reshape(-1, generated.shape[-1])
