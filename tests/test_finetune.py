@@ -100,6 +100,7 @@ def test_a_reward_that_raises_is_one_line_naming_the_prompt_and_the_run_resumes_
     code, _, err = run["failed"]
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("jaxes: error: reward: KeyError: 'score' on the prompt 'A conversation")
+    assert "of problem {'numbers': [" in err  # the problem tells the templated prompts apart
     assert f"continue from generation 2: `jaxes finetune --out {run['out']} --resume`" in err
     # Checkpoint 2 and the metrics stay; config.json records the generations asked for.
     assert run["kept"] == [2] and run["changed"] == ["config.json"]

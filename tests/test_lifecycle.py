@@ -104,7 +104,7 @@ def test_sigint_during_the_first_compile_exits_130_and_the_run_restarts_in_place
         text=True,
         env=env,
     )
-    assert proc.stdout.readline().startswith("jaxes train:")  # the run is set up
+    assert proc.stdout.readline().startswith("jaxes: ")  # the run is set up
     time.sleep(2.0)  # inside XLA's compile of the first block
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)

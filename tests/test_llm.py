@@ -207,7 +207,9 @@ def test_a_reward_that_raises_is_one_line_naming_the_prompt(qwen2):
     lm = _task(qwen2, reward)
     with pytest.raises(Exception, match="RewardError"):
         jax.jit(lm.task.evaluate_policy)(jax.random.key(0), lm.task.init_params(None), None)
-    assert lm.reward.failure.startswith("reward: KeyError: 'score' on the prompt 'Hello'")
+    assert lm.reward.failure.startswith(
+        "reward: KeyError: 'score' on the prompt 'Hello' of problem {'question': 'Hello'"
+    )
     assert "\n" not in lm.reward.failure
     assert issubclass(RewardError, ValueError)
 

@@ -65,11 +65,14 @@ class TextReward:
         try:
             return float(self.reward(problem, completion))
         except Exception as err:
+            # The problem names the prompt (prompts made from a template share their start).
             text = self.tokenizer.decode(prompt)
-            shown = text if len(text) <= 80 else text[:77] + "..."
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            record = repr(problem)
+            record = record if len(record) <= 80 else record[:77] + "..."
             self.failure = self.failure or (
-                f"reward: {type(err).__name__}: {err} on the prompt {shown!r} "
-                f"(completion {completion[:40]!r})"
+                f"reward: {type(err).__name__}: {err} on the prompt {shown!r} of problem "
+                f"{record} (completion {completion[:40]!r})"
             )
             raise RewardError(self.failure) from err
 

@@ -201,7 +201,7 @@ def _train(job: Job, dirs, config, resume: bool, title: str, out: str, vmapped: 
     returns their ``Lane``s."""
     opening = open_lanes(job, dirs, config, resume, vmapped)
     job.stream.write(
-        f"jaxes train: {title} on {describe_devices(job.mesh)}, "
+        f"jaxes: {title} on {describe_devices(job.mesh)}, "
         f"{job.loop['generations']} generations -> {out}\n"
     )
     job.stream.flush()
