@@ -125,6 +125,7 @@ EXTRA_SIGNS = {
     "brax": re.compile(r"\bbrax\b|brax_task|brax_envs"),
     "gymnax": re.compile(r"\bgymnax\b|gymnax_task"),
     "plot": re.compile(r"\bmatplotlib\b|\bplotting\b"),
+    "llm": re.compile(r"\bjaxes\.llm\b|from jaxes import llm"),
 }
 # A notebook whose code imports the examples' package installs its distribution too: from the
 # repository's examples/ folder on a hosted notebook (a comment line of the first cell, with the
@@ -162,7 +163,7 @@ def first_cell_problems(first: str, code: str) -> list[str]:
     named = {frozenset(group.split(",")) for group in re.findall(r"jaxes\[([\w,]+)\]", first)}
     if named != {frozenset(used)}:
         found.append(f"names extras {sorted(map(sorted, named))}, code uses {sorted(used)}")
-    modules = {"brax": "brax", "gymnax": "gymnax", "plot": "matplotlib"}
+    modules = {"brax": "brax", "gymnax": "gymnax", "plot": "matplotlib", "llm": "safetensors"}
     expected = {"jaxes", *(modules[e] for e in used)}
     examples = bool(EXAMPLES.search(code))
     if examples:
