@@ -127,9 +127,5 @@ def finetune(directory: str, out: str, setup: FinetuneSetup = FinetuneSetup(), *
 
 def final_state(out: str, strategy, task, seed: int):
     """The newest checkpoint of the run in ``out`` (a ``jaxes.step.TrainState``)."""
-    ckpt = checkpoint.Checkpointer(rundir.checkpoints_of(out), create=False)
-    try:
-        _, state, _ = ckpt.restore_newest_readable(init_state(strategy, task, seed))
-    finally:
-        ckpt.close()
-    return state
+    like = init_state(strategy, task, seed)
+    return checkpoint.restore_run_state(rundir.checkpoints_of(out), like)[1]

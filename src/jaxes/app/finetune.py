@@ -249,15 +249,8 @@ def load_run(run: str, checkpoint_step: int | None = None, argument: str = "run_
     if not checkpoint.complete_steps(directory):
         raise checkpoint.CheckpointError(f"checkpoint: {run} has no complete checkpoint yet")
     pretrained, lm, strategy = build(s)
-    ckpt = checkpoint.Checkpointer(directory, create=False)
-    try:
-        like = init_state(strategy, lm.task, s["seed"])
-        if checkpoint_step is None:
-            step, state, _ = ckpt.restore_newest_readable(like)
-        else:
-            step, state = ckpt.restore(like, checkpoint_step)
-    finally:
-        ckpt.close()
+    like = init_state(strategy, lm.task, s["seed"])
+    step, state = checkpoint.restore_run_state(directory, like, checkpoint_step)
     return s, pretrained, lm, strategy, step, state
 
 

@@ -141,15 +141,8 @@ def load_run(
         raise checkpoint.CheckpointError(
             f"checkpoint: no checkpoint {checkpoint_step} in {directory}; it has {steps}"
         )
-    ckpt = checkpoint.Checkpointer(directory, create=False)
-    try:
-        like = training.init_state(strategy, task, config.loop.seed)
-        if checkpoint_step is None:
-            step, state, _ = ckpt.restore_newest_readable(like)
-        else:
-            step, state = ckpt.restore(like, checkpoint_step)
-    finally:
-        ckpt.close()
+    like = training.init_state(strategy, task, config.loop.seed)
+    step, state = checkpoint.restore_run_state(directory, like, checkpoint_step)
     return config, strategy, task, step, state
 
 

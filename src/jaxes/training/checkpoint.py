@@ -243,3 +243,26 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def restore_run_state(directory: str, like: Any, step: int | None = None) -> tuple[int, Any]:
+    """``(step, state)`` of the checkpoints in ``directory``: checkpoint ``step``, or the
+    newest readable one (``None``), restored like ``like`` (the run's initial state).
+
+    Example:
+      >>> import tempfile, jax.numpy as jnp
+      >>> folder = tempfile.mkdtemp()
+      >>> ckpt = Checkpointer(folder)
+      >>> ckpt.save(3, {"w": jnp.ones(2)}); ckpt.close()
+      >>> restore_run_state(folder, {"w": jnp.zeros(2)})[0]
+      3
+    """
+    ckpt = Checkpointer(directory, create=False)
+    try:
+        if step is None:
+            step, state, _ = ckpt.restore_newest_readable(like)
+        else:
+            step, state = ckpt.restore(like, step)
+    finally:
+        ckpt.close()
+    return step, state
