@@ -171,7 +171,9 @@ def programs(args, dtype: str, stream: bool, P: int) -> list[tuple]:
     for rank, int8 in variants:
         es = jaxes.open_es(P, SIGMA, noise=jaxes.noise.lowrank(rank=rank), track_best=False)
         state = es.init(jax.random.key(3), searched)
-        _, state = jax.jit(lambda s, es=es: es.ask(jax.random.key(4), s))(state)
+        state = jax.jit(lambda s, es=es: es.ask(jax.random.key(4), s)[1])(
+            state
+        )  # not the population
 
         def members(state, key, frozen, prompts, es=es, int8=int8):
             # The frozen params and prompts are arguments: closed over, they would be
@@ -189,31 +191,42 @@ def programs(args, dtype: str, stream: bool, P: int) -> list[tuple]:
 
 
 def measure(args) -> list[dict]:
+    """Every program at one (dtype, P), streamed and not, timed in the same rounds."""
     rows = []
     for dtype in args.dtypes:
-        for stream in args.streams:
-            for P in args.populations:
-                pending = programs(args, dtype, stream, P)
-                timings = time_interleaved(pending, args.repeats)
-                group = [entry[0] | t for entry, t in zip(pending, timings, strict=True)]
-                plain = {False: group[0]}
-                for row in group:
-                    if row["method"] == "inference int8":
-                        plain[True] = row
-                for row in group:
-                    row["tokens_per_s"] = row["tokens"] / row["s"]
-                    ref = group[0]  # float inference: the ratio the target names
-                    row["ratio"] = ref["s"] / row["s"]
-                    row["ratio_cpu"] = ref["cpu_s"] / row["cpu_s"]
-                    # The fastest call of each: the least disturbed by other processes.
-                    row["ratio_best"] = min(ref["seconds"]) / min(row["seconds"])
-                    if row["int8"] and True in plain:
-                        row["ratio_vs_int8_inference"] = plain[True]["s"] / row["s"]
-                    log(
-                        f"{dtype} stream={stream} P={P} {row['method']}: {row['s']:.3f} s, "
-                        f"{row['tokens_per_s']:.0f} tokens/s, ratio {row['ratio']:.2f}"
-                    )
-                    rows.append(row)
+        for P in args.populations:
+            pending = [
+                entry for stream in args.streams for entry in programs(args, dtype, stream, P)
+            ]
+            timings = time_interleaved(pending, args.repeats)
+            group = [entry[0] | t for entry, t in zip(pending, timings, strict=True)]
+
+            def find(method, stream, group=group):
+                return next(
+                    (r for r in group if r["method"] == method and r["stream_weights"] == stream),
+                    None,
+                )
+
+            for row in group:
+                stream = row["stream_weights"]
+                ref = find("inference", stream)  # float inference: the ratio the target names
+                row["tokens_per_s"] = row["tokens"] / row["s"]
+                row["ratio"] = ref["s"] / row["s"]
+                row["ratio_cpu"] = ref["cpu_s"] / row["cpu_s"]
+                # The fastest call of each: the least disturbed by other processes.
+                row["ratio_best"] = min(ref["seconds"]) / min(row["seconds"])
+                int8_ref = find("inference int8", stream)
+                if row["int8"] and int8_ref is not None:
+                    row["ratio_vs_int8_inference"] = int8_ref["s"] / row["s"]
+                unstreamed = find(row["method"], False)
+                if stream and unstreamed is not None:
+                    row["streamed_speed_vs_unstreamed"] = unstreamed["s"] / row["s"]
+                    row["streamed_speed_vs_unstreamed_cpu"] = unstreamed["cpu_s"] / row["cpu_s"]
+                log(
+                    f"{dtype} stream={stream} P={P} {row['method']}: {row['s']:.3f} s, "
+                    f"{row['tokens_per_s']:.0f} tokens/s, ratio {row['ratio']:.2f}"
+                )
+                rows.append(row)
     return rows
 
 
@@ -255,6 +268,13 @@ def verdicts(rows: list[dict]) -> list[str]:
             f"P={r['P']} {r['method']}: {100 * r['ratio']:.0f}% of inference tokens/s "
             f"(target >= {100 * TARGET_RATIO:.0f}%): {verdict}"
         )
+    for r in rows:
+        if "streamed_speed_vs_unstreamed" in r:
+            lines.append(
+                f"{r['model']} {r['dtype']} P={r['P']} {r['method']}: stream_weights=True runs "
+                f"at {100 * r['streamed_speed_vs_unstreamed']:.0f}% of the unstreamed speed "
+                f"({100 * r['streamed_speed_vs_unstreamed_cpu']:.0f}% in CPU s)"
+            )
     return lines
 
 
