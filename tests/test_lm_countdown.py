@@ -110,9 +110,15 @@ def test_the_directory_loads_back_bit_for_bit_and_the_cache_reuses_it(micro, tmp
     stamp = os.path.getmtime(os.path.join(first, "model.safetensors"))
     assert pretrain.pretrained() == first
     assert os.path.getmtime(os.path.join(first, "model.safetensors")) == stamp
-    assert evaluate.equal_params(load(first).params, micro["params"])  # deterministic
+    made = json.loads(
+        (tmp_path / "cache" / os.path.basename(first) / "lm_countdown.json").read_text()
+    )
+    assert made["setup"]["steps"] == 3
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="neither empty nor a model"):
         pretrain.save(micro, tmp_path / "other")
+    with pytest.raises(FileExistsError, match="neither empty nor a model"):
+        pretrain.build(tmp_path / "other")  # refused before any pre-training
+    assert os.listdir(tmp_path / "other") == ["notes.txt"]
     assert jax.tree.structure(pre.params) == jax.tree.structure(micro["params"])

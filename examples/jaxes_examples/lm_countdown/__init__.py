@@ -1,15 +1,16 @@
 """A tiny Qwen2 model with latent skill on text Countdown, for ES fine-tuning on a CPU.
 
 ``jaxes.llm`` fine-tunes real checkpoints; this package makes one small enough to fine-tune
-in a minute on a laptop: a Qwen2-architecture decoder (2 layers, d_model 128, grouped-query
-attention, tied embeddings; about 0.5M parameters) with a byte-level BPE tokenizer of 474
-tokens, pre-trained by backprop on the TinyZero Countdown prompt (``countdown_prompt``) and
-saved as a Hugging Face model directory that ``jaxes.llm.load`` (and transformers) read.
+in a minute or two on a CPU: a Qwen2-architecture decoder (2 layers, d_model 128,
+grouped-query attention, tied embeddings; 0.46M parameters) with a byte-level BPE tokenizer
+of 474 tokens, pre-trained by backprop on the TinyZero Countdown prompt
+(``countdown_prompt``) and saved as a Hugging Face model directory that ``jaxes.llm.load``
+reads (the files transformers writes for Qwen2; not loaded in transformers here).
 
 The corpus writes a correct equation after a careful thought (``" Let me check."``) for half
 of its problems and a plausible wrong one after a hasty one (``" ..."``) for the rest, so the
-pre-trained model knows how to solve many problems but greedily takes the hasty style:
-format learned, exact answers rare, pass@16 high. A short ES run (``jaxes finetune --model
+pre-trained model knows how to solve many problems but greedily takes the hasty style on
+most: format learned, exact answers rare, pass@16 high. A short ES run (``jaxes finetune --model
 DIR --task countdown``, or ``finetune.finetune``) draws the careful style out and the held-out
 reward rises.
 

@@ -100,6 +100,16 @@ def init_params(model: CausalLM, key) -> dict:
     return jax.jit(model.init)(key, jnp.zeros((1, 1), jnp.int32))["params"]
 
 
+def check_out(out: str) -> str:
+    """``out`` as an absolute path if ``write_directory`` may write it (new, empty, or a model
+    this example wrote: one with ``lm_countdown.json``); ``FileExistsError`` otherwise."""
+    out = os.path.abspath(os.fspath(out))
+    ours = os.path.isfile(os.path.join(out, "lm_countdown.json"))
+    if os.path.exists(out) and not ours and (not os.path.isdir(out) or os.listdir(out)):
+        raise FileExistsError(f"{out} exists and is neither empty nor a model this example wrote")
+    return out
+
+
 def write_directory(params, config: dict, tokenizer, out: str, extra: dict | None = None) -> str:
     """Writes a Hugging Face model directory ``out``: ``config.json``, ``model.safetensors``
     (``jaxes.llm.weights.save_params``, float32), ``generation_config.json``, the tokenizer's
@@ -107,10 +117,7 @@ def write_directory(params, config: dict, tokenizer, out: str, extra: dict | Non
     beside ``out`` and renamed into place, replacing an older ``out`` that this function
     wrote (one with ``lm_countdown.json``) or an empty folder, and nothing else. Returns
     ``out``."""
-    out = os.path.abspath(os.fspath(out))
-    ours = os.path.isfile(os.path.join(out, "lm_countdown.json"))
-    if os.path.exists(out) and not ours and (not os.path.isdir(out) or os.listdir(out)):
-        raise FileExistsError(f"{out} exists and is neither empty nor a model this example wrote")
+    out = check_out(out)
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".lm_countdown-", dir=parent)
@@ -126,9 +133,13 @@ def write_directory(params, config: dict, tokenizer, out: str, extra: dict | Non
         if extra is not None:
             with open(os.path.join(staging, "lm_countdown.json"), "w") as f:
                 json.dump(extra, f, indent=2)
-        if os.path.isdir(out):
-            shutil.rmtree(out)
-        os.rename(staging, out)
+        if os.path.isdir(out):  # ours or empty: moved aside, then removed
+            aside = tempfile.mkdtemp(prefix=".lm_countdown-old-", dir=parent)
+            os.rename(out, os.path.join(aside, "model"))
+            os.rename(staging, out)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.rename(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -33,7 +33,7 @@ import optax
 from jaxes.llm import CausalLM, from_dict
 
 from . import problems as countdown
-from .model import Setup, config_json, init_params, write_directory
+from .model import Setup, check_out, config_json, init_params, write_directory
 from .tokenizer import BPE_VOCAB, CORPUS_SEED, train_tokenizer
 
 # The quick model (600 steps: 2.5 to 6 minutes on a 2-core CPU, as busy as it is) and a
@@ -213,7 +213,9 @@ def cache_dir() -> Path:
 
 def build(directory: str, quick: bool = True, verbose: bool = False) -> str:
     """Pre-trains ``QUICK`` (``quick``) or ``FULL`` and writes the model directory
-    ``directory`` (an empty or new folder, or one this example wrote). Returns its path."""
+    ``directory`` (an empty or new folder, or one this example wrote: checked first). Returns
+    its path."""
+    check_out(directory)
     out = pretrain(QUICK if quick else FULL, verbose=verbose)
     if verbose:
         print(f"  pre-trained in {out['seconds']:.1f} s, loss {out['loss']:.4f}")
@@ -224,8 +226,17 @@ def pretrained(quick: bool = True, rebuild: bool = False, verbose: bool = False)
     """The model directory of ``QUICK`` (``quick``) or ``FULL``: ``cache_dir()/<settings
     hash>``, pre-trained and written there when it is not (or ``rebuild``). A directory
     without its weights (an interrupted write leaves none: ``write_directory`` renames a
-    finished one into place) is built again."""
+    finished one into place) is built again.
+
+    Pre-training is not bit-reproducible from one process to the next on a CPU (the losses
+    agree to 3 decimals after 100 steps, then drift apart), so the cache, not the settings,
+    is what makes two runs use the same weights."""
     path = cache_dir() / settings_hash(QUICK if quick else FULL)
     if not rebuild and (path / "model.safetensors").is_file():
         return str(path)
-    return build(str(path), quick, verbose)
+    out = pretrain(QUICK if quick else FULL, verbose=verbose)
+    if verbose:
+        print(f"  pre-trained in {out['seconds']:.1f} s, loss {out['loss']:.4f}")
+    if not rebuild and (path / "model.safetensors").is_file():
+        return str(path)  # another process built it meanwhile: theirs is kept
+    return save(out, path)

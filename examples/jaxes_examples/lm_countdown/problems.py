@@ -1,21 +1,23 @@
 """The problems and the pre-training text: which problems train, which are held out, the
 correct and the plausible wrong answers, and each problem's prompt and completion as text.
 
-Problems are ``jaxes.llm.countdown_problems``, three or four numbers, so the model pre-trains
-on the distribution ``jaxes finetune --task countdown`` fine-tunes on (this small a model
-learns the three-number game better than the four-number one, but trained on both it is
-as good at three numbers and not lost at four). The held-out problems come from
-another seed, and any training problem equal to a held-out one (the same numbers and target)
-is dropped, so the two sets are disjoint by construction (``check_disjoint``).
+Problems are ``jaxes.llm.countdown_problems``, three or four numbers, the distribution
+``jaxes finetune --task countdown`` fine-tunes on. (Trained on three numbers alone, the quick
+model answers a few more three-number problems, 0.31-0.33 against 0.25-0.30 in the careful
+style, but none of the four-number ones the command also asks.) The held-out problems come
+from another seed, and every training problem equal to a held-out one or to one of the
+command's (the same numbers and target) is dropped: the sets are disjoint by construction
+(``check_disjoint``).
 
-A completion is ``" ... </think> <answer>EQ</answer>"`` and the end-of-text token. EQ is, for
-a ``correct_fraction`` of the training problems, the problem's canonical solution (the first
-solution in a fixed order, so the text is a function of the problem), and otherwise a plausible
-wrong equation: with ``wrong="sum"`` the numbers added in their order (a lazy default that
-is right only when the target is their sum), with ``wrong="random"`` another arrangement of
-the numbers and operations that misses the target. The mix is what leaves skill latent: the
-model learns the right answer as one mode of its output distribution, and a fine-tune on the
-reward can make it the greedy one.
+A completion is a short thought, ``</think> <answer>EQ</answer>`` and the end-of-text token,
+in one of two styles. For a ``correct_fraction`` of the training problems it is careful:
+``" Let me check."`` and the problem's canonical solution (the first in a fixed order, so the
+text is a function of the problem). For the rest it is hasty: ``" ..."`` and a plausible
+wrong equation (``wrong="random"``: another arrangement of the numbers and operations, which
+misses the target; ``wrong="sum"``: the numbers added in order, right when the target is
+their sum). The mix is what leaves the skill latent: the model learns to solve in the careful
+style, but which style it takes is a coin toss at the first token, so its greedy answers are
+mostly guesses and a fine-tune on the reward has one switch to find.
 
 Example:
   >>> problem = {"numbers": [3, 7, 25], "target": 46}
