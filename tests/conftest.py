@@ -26,6 +26,10 @@ jax.config.update(
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
+# The fixtures' build scripts import transformers and torch, which `make test` never installs:
+# they run in their own environment (tests/fixtures/hf/make_fixtures.py), never collected here.
+collect_ignore_glob = ["fixtures/*"]
+
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
