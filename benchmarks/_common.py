@@ -149,3 +149,8 @@ def write_results(
         print(text)
     write_json(out, {"machine": info, **payload})
     print(f"wrote {out}", file=sys.stderr)
+
+
+# How jaxes.tasks.sequence.generate prefills, recorded with the LLM benchmarks' rows: results
+# from before this change computed the head at every prompt position.
+PREFILL = "every prompt token but the last, then a decode step from it (no prompt logits)"

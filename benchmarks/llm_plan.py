@@ -51,7 +51,7 @@ from pathlib import Path
 
 import _buffers
 import _driver as driver
-from _common import machine_info, write_results
+from _common import PREFILL, machine_info, write_results
 
 GIB = 2**30
 TARGET_BYTES_PER_PARAM = 3.0
@@ -122,27 +122,6 @@ def nbytes(tree) -> int:
 def kv_bytes_per_slot(config) -> int:
     """bfloat16 keys and values of one token position, every layer."""
     return config.layers * 2 * config.kv_heads * config.head_dim * 2
-
-
-def last_logits_only() -> None:
-    """Makes `jaxes.tasks.sequence.generate` prefill all but the prompts' last token (whose
-    logits nothing reads, so XLA drops their head) and feed the last token as a one-token
-    step: the same tokens, without `prompts x positions x vocab` float32 logits (a proposed
-    change to `generate`, measured here by replacing it in this process)."""
-    from jaxes.tasks import sequence
-
-    original = sequence.generate
-
-    def generate(apply_fn, cache, prompts, steps, **kwargs):
-        def split_prefill(tokens, cache, position):
-            if tokens.shape[1] == 1:
-                return apply_fn(tokens, cache, position)
-            _, cache = apply_fn(tokens[:, :-1], cache, position)
-            return apply_fn(tokens[:, -1:], cache, position + tokens.shape[1] - 1)
-
-        return original(split_prefill, cache, prompts, steps, **kwargs)
-
-    sequence.generate = generate
 
 
 def build(size: str, args, stream: bool):
@@ -272,7 +251,7 @@ def plan_rows(size: str, stream: bool, args) -> dict:
         "frozen_dtype": args.frozen_dtype,
         "compute_dtype": "bfloat16",
         "stream_weights": stream,
-        "last_logits_only": args.last_logits,
+        "last_logits_only": True,
         "master_bytes": master,
         "optimizer_bytes": optimizer,
         "live_bytes": live,
@@ -340,11 +319,6 @@ def parse_args(argv: list[str]):
     parser.add_argument("--no-fit", dest="fit", action="store_false", help="one chunk only")
     parser.add_argument("--plan-buffers", type=int, default=0, metavar="N")
     parser.add_argument("--append", action="store_true", help="add to --out's runs")
-    parser.add_argument(
-        "--last-logits",
-        action="store_true",
-        help="prefill without the prompts' logits but the last (see last_logits_only)",
-    )
     args = parser.parse_args(argv)
     args.sizes = args.sizes or (["tiny"] if args.quick else ["0.5B", "1.5B", "7B"])
     unknown = [s for s in args.sizes if s not in CONFIGS]
@@ -363,8 +337,6 @@ def parse_args(argv: list[str]):
 
 def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "flax", "optax"), jax_backend=True)
-    if args.last_logits:
-        last_logits_only()
     rows = [plan_rows(size, stream, args) for size in args.sizes for stream in args.streams]
     lines = []
     for r in rows:
@@ -387,9 +359,7 @@ def run(args, argv: list[str]) -> None:
         "frozen_dtype": args.frozen_dtype,
         "compute_dtype": "bfloat16",
         "kv_cache_dtype": "bfloat16",
-        "prefill": "all but the last prompt token, then it alone (--last-logits)"
-        if args.last_logits
-        else "jaxes.tasks.sequence.generate as it is (logits of every prompt position)",
+        "prefill": PREFILL,
         "beyond_formula": "(argument + output + temp - alias - master - optimizer) / params",
         "per_token_formula": "(live(chunk) - live(fit_chunk)) / ((chunk - fit_chunk) x prompts x "
         "slots)",

@@ -51,7 +51,7 @@ import sys
 import time
 
 import _driver as driver
-from _common import machine_info, write_results
+from _common import PREFILL, machine_info, write_results
 from sequence import Clock, time_interleaved
 
 TARGET_P, TARGET_RATIO = 64, 0.8
@@ -130,7 +130,7 @@ def programs(args, dtype: str, stream: bool, P: int) -> list[tuple]:
         "params_dtype": DTYPES[dtype][0],
         "compute_dtype": DTYPES[dtype][1] or DTYPES[dtype][0],
         "stream_weights": stream,
-        "last_logits_only": args.last_logits,
+        "last_logits_only": True,
         "P": P,
         "sequences": P * batch,
         "tokens": P * batch * steps,
@@ -291,11 +291,6 @@ def parse_args(argv: list[str]):
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
     parser.add_argument("--int8", action="store_true", help="also an int8 centre (first rank)")
     parser.add_argument("--append", action="store_true", help="add to --out's runs")
-    parser.add_argument(
-        "--last-logits",
-        action="store_true",
-        help="prefill without the prompts' logits but the last (llm_plan.last_logits_only)",
-    )
     args = parser.parse_args(argv)
     bad = [d for d in args.dtypes if d not in DTYPES]
     if bad:
@@ -309,10 +304,6 @@ def parse_args(argv: list[str]):
 
 def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "flax"), jax_backend=True)
-    if args.last_logits:
-        from llm_plan import last_logits_only
-
-        last_logits_only()
     start = time.perf_counter()
     rows = measure(args)
     settings = {
@@ -328,9 +319,7 @@ def run(args, argv: list[str]) -> None:
         "warmup_calls": 1,
         "sigma": SIGMA,
         "decoding": "greedy",
-        "prefill": "all but the last prompt token, then it alone (--last-logits)"
-        if args.last_logits
-        else "jaxes.tasks.sequence.generate as it is (logits of every prompt position)",
+        "prefill": PREFILL,
         "time_s": time.perf_counter() - start,
     }
     runs = []

@@ -198,6 +198,23 @@ def test_a_streamed_bfloat16_model_reading_float32_params_decodes_without_a_copy
     assert streamed <= min(copied, mixed) - 2 * n
 
 
+def test_the_prefill_computes_no_logits_at_the_prompt_positions():
+    # A wide vocabulary on a narrow model: logits at every prompt position would be
+    # 64 prompts x 63 positions x 4096 x 4 bytes = 66 MB, far beyond everything else.
+    model = Transformer(vocab=4096, d_model=8, heads=1, layers=1, max_len=72)
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+    prompts = jax.ShapeDtypeStruct((64, 64), jnp.int32)
+
+    def decode(params, prompts):
+        def apply_fn(tokens, cache, position):
+            return model.apply({"params": params}, tokens, cache, position)
+
+        return generate(apply_fn, model.init_cache(64), prompts, 8)
+
+    compiled = jax.jit(decode).lower(params["params"], prompts).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < 64 * 63 * 4096 * 4 / 8
+
+
 def test_fitness_is_each_members_decode_scored_by_the_reward(population):
     _, _, _, each, fitness, info = population
     batch = prompt_batch(jax.random.split(KEY)[0], POOL, BATCH)

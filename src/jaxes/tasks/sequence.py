@@ -87,8 +87,8 @@ def generate(
     top_p: float = 1.0,
     with_logits: bool = False,
 ):
-    """Continue ``prompts`` by ``steps`` tokens: one prefill, then ``steps - 1`` one-token
-    decode steps in a ``lax.scan``.
+    """Continue ``prompts`` by ``steps`` tokens: a prefill of every prompt token but the last,
+    then ``steps`` one-token decode steps in a ``lax.scan``, the first fed the last prompt token.
 
     Args:
       apply_fn: ``apply_fn(tokens, cache, position) -> (logits, cache)``, the model with its
@@ -131,23 +131,27 @@ def generate(
             f"and dtype {prompts.dtype}"
         )
     keys = jax.random.split(key, steps) if temperature > 0 else jnp.zeros((steps,))
-    logits, cache = apply_fn(prompts.astype(jnp.int32), cache, 0)
-    logits = logits[:, -1].astype(jnp.float32)
-    token = _pick(keys[0], logits, temperature, top_p)
+    prompts = prompts.astype(jnp.int32)
+    length = prompts.shape[1]
+    # The prefill takes every prompt token but the last and keeps only the cache: the head's
+    # logits at prompt positions are never read, and computing them costs prompts x length x
+    # vocab float32 (at Qwen2.5's 151,936-token vocabulary, more than the model's weights at
+    # P = 256; benchmarks/llm_plan.py). The last prompt token is the scan's first step.
+    if length > 1:
+        _, cache = apply_fn(prompts[:, :-1], cache, 0)
 
     def decode(carry, step_key):
-        token, logits, cache, position = carry
-        next_logits, cache = apply_fn(token[:, None], cache, position)
-        next_logits = next_logits[:, -1].astype(jnp.float32)
-        next_token = _pick(step_key, next_logits, temperature, top_p)
-        return (next_token, next_logits, cache, position + 1), (token, logits)
+        token, cache, position = carry
+        logits, cache = apply_fn(token[:, None], cache, position)
+        logits = logits[:, -1].astype(jnp.float32)
+        next_token = _pick(step_key, logits, temperature, top_p)
+        return (next_token, cache, position + 1), (next_token, logits)
 
-    start = (token, logits, cache, jnp.int32(prompts.shape[1]))
-    (token, logits, _, _), (tokens, all_logits) = jax.lax.scan(decode, start, keys[1:])
-    tokens = jnp.concatenate([tokens, token[None]]).T
+    start = (prompts[:, -1], cache, jnp.int32(length - 1))
+    _, (tokens, logits) = jax.lax.scan(decode, start, keys)
     if not with_logits:
-        return tokens
-    return tokens, jnp.moveaxis(jnp.concatenate([all_logits, logits[None]]), 0, 1)
+        return tokens.T
+    return tokens.T, jnp.moveaxis(logits, 0, 1)
 
 
 def _check_top_p(top_p) -> float:
