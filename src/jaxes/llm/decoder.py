@@ -258,7 +258,9 @@ class CausalLM(nn.Module):
         visible = (keys_at[None, None, :] <= slots[None, :, None]) & (
             keys_at[None, None, :] >= start[:, None, None]
         )  # (batch, T, S)
-        embed = Embed(c.vocab, c.d_model, name="embed_tokens", dtype=self.dtype)
+        embed = Embed(
+            c.vocab, c.d_model, name="embed_tokens", dtype=self.dtype, stream=self.stream_weights
+        )
         x = embed(tokens)
         ks, vs = [], []
         for i in range(c.layers):
