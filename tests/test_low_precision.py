@@ -74,7 +74,7 @@ def test_a_rounded_leaf_with_factored_noise_is_its_rounded_centre_plus_the_exact
     theta = jnp.array([[1.0 + 3 / 512, 2.0], [0.5, -1.0 - 5 / 1024]])
     es = jaxes.open_es(4, sigma=1e-3, noise=jaxes.noise.lowrank(1))
     state = drawn(es, {"w": theta.astype(jnp.bfloat16), "b": jnp.ones(2, jnp.bfloat16)})
-    state = state._replace(params={"w": theta, "b": state.params["b"]})
+    state = state.replace(params={"w": theta, "b": state.params["b"]})
     centre = jaxes.centre(state)
     for i in range(4):
         x, d = es.member(state, i), es.perturbation(state, i)
@@ -114,7 +114,7 @@ def test_the_bf16_factored_estimate_is_unbiased_for_the_gradient_at_the_rounded_
     @jax.jit
     def direction(key):
         state = es.init(jax.random.key(0), {"w": theta.astype(jnp.bfloat16)})
-        state = state._replace(params={"w": theta})
+        state = state.replace(params={"w": theta})
         _, state = es.ask(key, state)
         return es.estimate(state, factored.evaluate(es, state, fitness))[0]["w"]
 

@@ -302,6 +302,6 @@ def test_state_can_be_donated():
     assert int(state.generation) == 2
 
     def without_key(s):
-        return s._replace(key=jax.random.key_data(s.key))
+        return s.replace(key=jax.random.key_data(s.key))
 
     assert_trees_equal(without_key(state), without_key(reference))  # as if not donated

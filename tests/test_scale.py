@@ -1,6 +1,8 @@
 """The scalable default: chunked evaluation, a bounded memory plan, any dtype, any PRNG, traced
 hyper-parameters, and the edges of the core (issue 10)."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -294,7 +296,8 @@ def test_fitness_without_ranking_freezes_every_strategy(name):
         assert not bool(info.applied)
         if int(asked.generation) % 2 == 0:
             assert int(info.num_finite) == 0
-        searched = [f for f in new._fields if f not in ("key", "generation", "pending", "fitness")]
+        searched = [f.name for f in dataclasses.fields(new)]
+        searched = [f for f in searched if f not in ("key", "generation", "pending", "fitness")]
         searched = [f for f in searched if f not in ("best", "best_fitness")]
         for field in searched:
             for a, b in zip(
@@ -362,7 +365,7 @@ def test_a_state_from_another_strategy_or_population_is_refused():
     state = es8.init(jax.random.key(0), jnp.ones(3))
     with pytest.raises(ValueError, match="population_size 8, but this open_es has .* 16"):
         es16.tell(state, jnp.zeros(16))
-    with pytest.raises(ValueError, match="expected a SNESState .* got OpenESState"):
+    with pytest.raises(ValueError, match="snes was given open_es.s state.*a SNESState"):
         snes8.tell(state, jnp.zeros(8))
 
 

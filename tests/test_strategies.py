@@ -5,6 +5,7 @@ References are computed in float64 numpy from the population ``ask`` returned, s
 check that ``tell`` rebuilt the same noise from the key.
 """
 
+import dataclasses
 import math
 
 import jax
@@ -16,6 +17,7 @@ from helpers import STRATEGY_NAMES, strategies
 
 import jaxes
 from jaxes import testing
+from jaxes.strategies.state import StrategyState, own_fields
 from jaxes.tasks import functions
 
 P = 16
@@ -253,7 +255,7 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
     elif name == "xnes":
         check_xnes_update(state, pop, fitness, new_state)
     else:  # a fixed σ is a setting, not state
-        assert "sigma" not in new_state._fields
+        assert "sigma" not in own_fields(type(new_state))
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
@@ -361,7 +363,7 @@ def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
     population, state = es.ask(jax.random.key(1), state)
     fitness = jax.vmap(fitness_fn)(population).at[3].set(jnp.nan).at[6].set(jnp.inf)
     state, info = es.tell(state, fitness)
-    searched = state._replace(fitness=jnp.zeros(P))  # `fitness` keeps what was told, NaN too
+    searched = state.replace(fitness=jnp.zeros(P))  # `fitness` keeps what was told, NaN too
     floats = [x for x in jax.tree.leaves(searched) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats)
     assert bool(jnp.isfinite(info.best_fitness))
@@ -416,7 +418,7 @@ def test_cma_es_stalls_p_c_when_p_sigma_is_long():
     state = es.init(jax.random.key(0), PARAMS)
     population, state = es.ask(jax.random.key(99), state)
     long_path = jnp.full_like(state.path_sigma, 10.0)  # |p_σ| = 10 √d, χ_d ≈ √d
-    state = state._replace(path_sigma=long_path, path_c=jnp.linspace(-1.0, 1.0, 17))
+    state = state.replace(path_sigma=long_path, path_c=jnp.linspace(-1.0, 1.0, 17))
     fitness = jax.vmap(fitness_fn)(population)
     new_state, _ = jax.jit(es.tell)(state, fitness)
     pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
@@ -466,13 +468,17 @@ def test_every_state_is_a_written_out_class_exported_alike(name):
     state = jaxes.strategies.STRATEGIES[name](8, 0.1).init(jax.random.key(0), jnp.ones(3))
     cls = type(state)
     assert getattr(jaxes.strategies, cls.__name__) is cls and cls.__name__ in jaxes.__all__
-    assert list(cls.__annotations__) == list(cls._fields)  # written out, not built at run time
-    assert cls._fields[:2] == ("params", "dtypes") and cls._fields[-7:] == (
-        "key",
-        "generation",
-        "noise_state",
-        "pending",
-        "fitness",
-        "best_fitness",
-        "best",
-    )
+    # Written out, not built at run time: its own fields, after StrategyState's.
+    assert issubclass(cls, StrategyState) and cls.strategy == name
+    assert own_fields(cls) == tuple(cls.__annotations__)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    assert fields == [f.name for f in dataclasses.fields(StrategyState)] + list(own_fields(cls))
+
+
+def test_state_underscore_replace_still_works_with_a_deprecation_warning():
+    """Issue 58: states became dataclasses; ``_replace`` in users' code keeps working a release."""
+    state = jaxes.open_es(4).init(jax.random.key(0), jnp.ones(2))
+    with pytest.warns(DeprecationWarning, match=r"state.replace\(\*\*changes\)"):
+        moved = state._replace(params=jnp.zeros(2))
+    assert type(moved) is type(state) and moved.params.tolist() == [0.0, 0.0]
+    assert moved.dtypes == state.dtypes and moved.member_dtypes == state.member_dtypes

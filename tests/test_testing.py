@@ -55,14 +55,14 @@ def broken(es, scale=1.0, key_offset=0):
 
     def estimate(state, f):
         direction, stats = es.estimate(
-            state._replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
+            state.replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
             f,
         )
         return jax.tree.map(lambda g: scale * g, direction), stats
 
     def member(state, i):
         return es.member(
-            state._replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
+            state.replace(key=jax.random.fold_in(state.key, key_offset)) if key_offset else state,
             i,
         )
 

@@ -190,7 +190,8 @@ def test_the_full_covariance_strategies_build_and_trace_a_brax_generation(name):
     after, metrics = jax.eval_shape(generation_step(strategy, task), state)
     d = sum(x.size for x in jax.tree.leaves(state.strategy_state.params))
     assert after.strategy_state.sigma.shape == () and "fitness_mean" in metrics
-    matrix = after.strategy_state[3]  # covariance (cma_es) or shape (xnes), after σ
+    own = after.strategy_state
+    matrix = own.covariance if name == "cma_es" else own.shape
     assert matrix.shape == (d, d)
 
 

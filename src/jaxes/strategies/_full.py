@@ -28,7 +28,8 @@ from jax.flatten_util import ravel_pytree
 
 from jaxes import centroid, trees
 from jaxes import noise as noise_lib
-from jaxes.strategies import _spec, _state, termination
+from jaxes.strategies import _spec, termination
+from jaxes.strategies import state as state_lib
 from jaxes.strategies._spec import Estimate, StrategySpec
 from jaxes.strategies.base import EstimateStats
 from jaxes.types import Strategy
@@ -134,7 +135,7 @@ def build(spec: FullSpec, track_best: bool) -> Strategy:
         """The fitness history and pycma's criteria (``told.pending``: this ``tell`` had an
         ``ask``)."""
         history = termination.record(state.history, state.fitness, info.applied)
-        state = state._replace(history=history)
+        state = state.replace(history=history)
         mean = flat(state.params)
         criteria, condition = termination.check(
             history=state.history,
@@ -178,7 +179,7 @@ class FullSampler:
     def displacement(self, state, i, scale) -> jax.Array:
         """``σ A z_i`` shaped as the params (master dtype). Refused for members rounded to a
         narrower dtype: their displacement is not ``σ A z_i``."""
-        if _state.is_rounded_state(state):
+        if state_lib.is_rounded_state(state):
             raise ValueError(
                 "perturbation: members of params narrower than float32 are rounded, so their "
                 "displacement is not σAz; build them with member() instead"
@@ -210,7 +211,7 @@ class FullSampler:
         sigma, a = scale
         theta = flat(state.params)
         index = jnp.arange(self.population_size)
-        if _state.is_rounded_state(state):
+        if state_lib.is_rounded_state(state):
 
             def evaluated(i):
                 return flat(trees.cast_like(self.member(state, i, scale), state.params))

@@ -20,7 +20,7 @@ from jaxes import shaping as shaping_lib
 from jaxes import trees
 from jaxes.checks import check_int, check_positive, is_traced
 from jaxes.noise import NOISE_SOURCES, NoiseSource, factors
-from jaxes.strategies._state import scalar_dtype
+from jaxes.strategies.state import scalar_dtype
 
 Schedule = Callable[[jax.Array], jax.Array]
 

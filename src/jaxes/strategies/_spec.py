@@ -25,6 +25,7 @@ from jaxes import low_rank, trees
 from jaxes import noise as noise_lib
 from jaxes.noise import threefry
 from jaxes.strategies import _state, _tell
+from jaxes.strategies import state as state_lib
 from jaxes.strategies._settings import NoiseSettings, make_perturbations
 from jaxes.strategies.base import EstimateStats
 from jaxes.types import Strategy, StrategyTraits
@@ -127,10 +128,12 @@ def build(spec: StrategySpec, sampler: Sampler | NoiseSettings, track_best: bool
 
     def init(key: jax.Array, params):
         params = trees.check_params(params)
-        master = _state.master_params(params)
+        master = state_lib.master_params(params)
         own, scale = spec.init(master)
         noise_state, ask_key = sampler.start(key, master)
-        fields = _state.initial_fields(p, noise_state, ask_key, params, master, scale, track_best)
+        fields = state_lib.initial_fields(
+            p, noise_state, ask_key, params, master, scale, track_best
+        )
         return spec.state_type(**own, **fields)
 
     def check(state) -> None:
@@ -182,7 +185,7 @@ def _members(sampler: Sampler, scale_of: Callable, check: Callable) -> dict:
     p = sampler.population_size
 
     def ask(key, state):
-        state = state._replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
+        state = state.replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
         return sampler.population(state, scale_of(state)), state
 
     def member(state, i):
@@ -210,7 +213,7 @@ def _members(sampler: Sampler, scale_of: Callable, check: Callable) -> dict:
                 "the best fitness; build it with track_best=True to rebuild the best member"
             )
         key = jax.random.wrap_key_data(best.key, impl="threefry2x32")
-        recipe = state._replace(key=key, params=best.centre)
+        recipe = state.replace(key=key, params=best.centre)
         return trees.cast_like(sampler.member(recipe, best.index, best.scale), state.dtypes)
 
     def members(state, first, count: int):

@@ -13,8 +13,8 @@ import optax
 from jaxes import centroid, low_rank, trees
 from jaxes import noise as noise_lib
 from jaxes.optim import takes_factors
-from jaxes.strategies._state import scalar_dtype
 from jaxes.strategies.base import BestMember, StrategyInfo
+from jaxes.strategies.state import scalar_dtype
 
 
 def population_moments(
@@ -230,7 +230,7 @@ def finish_tell(
         params, changes, update_norm = write(applied)
         update_norm = update_norm.astype(dtype)
     info = strategy_info(summary, best_fitness, applied, update_norm, moments, info_sigma)
-    new_state = state._replace(
+    new_state = state.replace(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
         pending=jnp.zeros((), bool),

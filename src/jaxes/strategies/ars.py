@@ -15,11 +15,10 @@ which in jaxes belongs to the task: ``brax_task(..., normalize_observations=True
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
+from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -33,28 +32,21 @@ from jaxes.strategies._settings import (
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
 
-@strategy_state
-class ARSState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class ARSState(StrategyState):
     """ARS's state: everything that changes between generations.
 
     Attributes:
       opt_state: the optax state (plain SGD by default, as in the paper).
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "ars"
     opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:

@@ -1,6 +1,6 @@
-"""The public types every strategy shares: its diagnostics (``StrategyInfo``), what
-``estimate`` learnt (``EstimateStats``), the best member's recipe (``BestMember``), the
-state's shared fields (``strategy_state``) and ``centre``, θ in the params' own dtypes."""
+"""The public types every strategy shares: its diagnostics (``StrategyInfo``) and what
+``estimate`` learnt (``EstimateStats``); the state's are in ``jaxes.strategies.state``
+(``BestMember`` and ``centre`` are re-exported here)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import NamedTuple
 
 import jax
 
-from jaxes import centroid, trees
+from jaxes import centroid
+from jaxes.strategies.state import BestMember, centre
+
+__all__ = ["BestMember", "EstimateStats", "StrategyInfo", "centre"]
 
 
 class EstimateStats(NamedTuple):
@@ -59,93 +62,3 @@ class StrategyInfo(NamedTuple):
     centroid_offset_norm: jax.Array
     total_mass: jax.Array
     sigma: jax.Array
-
-
-class BestMember(NamedTuple):
-    """How to rebuild the best member seen so far, without storing it.
-
-    Attributes:
-      key: the ``ask`` key of its population, as raw threefry key data (``uint32[2]``).
-      index: its index in that population.
-      centre: θ of that population (``None`` with ``track_best=False``).
-      scale: the perturbation scale of that population (``None`` with ``track_best=False``).
-    """
-
-    key: jax.Array
-    index: jax.Array
-    centre: object
-    scale: object
-
-
-def centre(state):
-    """θ in the dtypes the params were given in (the master copy is float32).
-
-    Example:
-      >>> import jax, jax.numpy as jnp, jaxes
-      >>> state = jaxes.open_es(4).init(jax.random.key(0), jnp.ones(2, jnp.bfloat16))
-      >>> state.params.dtype, centre(state).dtype
-      (dtype('float32'), dtype(bfloat16))
-    """
-    return trees.cast_like(state.params, state.dtypes)
-
-
-# Every strategy's state has these fields, its own between them, in this order (the order is
-# the pytree's, so checkpoints and donated buffers see the same layout in every strategy).
-_LEADING = (
-    ("params", "the mean θ (the master copy: float32, or float64 for float64 params)."),
-    ("dtypes", "one scalar per leaf in the dtype members are built in (the params' own)."),
-)
-_TRAILING = (
-    ("key", "the key of the latest ``ask`` (threefry); the noise is rebuilt from it."),
-    ("generation", "how many ``tell`` calls have updated the state."),
-    ("noise_state", "the noise table (``None`` where the source keeps none)."),
-    ("pending", "an ``ask`` awaits its ``tell``."),
-    ("fitness", "the fitness last told (``(P,)``, NaN before any)."),
-    ("best_fitness", "the best member's fitness (``-inf`` before the first ``tell``)."),
-    ("best", "how to rebuild the best member (``strategy.best_params(state)``)."),
-)
-SHARED_FIELDS = tuple(field for field, _ in (*_LEADING, *_TRAILING))
-
-
-def strategy_state(cls: type) -> type:
-    """A strategy state class, checked: a NamedTuple whose fields are the shared ones
-    (``SHARED_FIELDS``) around its own, in that order (the pytree's order, so checkpoints and
-    donated buffers see the same layout in every strategy). The shared fields' descriptions
-    are added to its docstring.
-
-    Example:
-      >>> from typing import Any, NamedTuple
-      >>> @strategy_state
-      ... class MyState(NamedTuple):
-      ...     params: Any
-      ...     dtypes: Any
-      ...     sigma: float
-      ...     key: Any
-      ...     generation: Any
-      ...     noise_state: Any
-      ...     pending: Any
-      ...     fitness: Any
-      ...     best_fitness: Any
-      ...     best: BestMember
-      >>> MyState._fields[:3]
-      ('params', 'dtypes', 'sigma')
-      >>> @strategy_state
-      ... class Broken(NamedTuple):
-      ...     params: Any
-      ...     sigma: float
-      Traceback (most recent call last):
-        ...
-      TypeError: Broken: a strategy state's fields are params, dtypes, <its own>, key, generation, noise_state, pending, fitness, best_fitness, best; got params, sigma
-    """  # noqa: E501
-    leading = [field for field, _ in _LEADING]
-    trailing = [field for field, _ in _TRAILING]
-    fields = list(cls._fields)
-    own = fields[len(leading) : len(fields) - len(trailing)]
-    if fields != [*leading, *own, *trailing] or set(own) & {*leading, *trailing}:
-        raise TypeError(
-            f"{cls.__name__}: a strategy state's fields are {', '.join(leading)}, <its own>, "
-            f"{', '.join(trailing)}; got {', '.join(fields)}"
-        )
-    shared = "\n".join(f"      {field}: {text}" for field, text in (*_LEADING, *_TRAILING))
-    cls.__doc__ = f"{cls.__doc__.rstrip()}\n\n    Fields every strategy state has:\n{shared}\n    "
-    return cls

@@ -15,10 +15,10 @@ whitened) with the last ``B`` and ``D``.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -29,13 +29,13 @@ from jaxes.strategies._settings import (
     check_population_size,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import BestMember, strategy_state
 from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
-from jaxes.types import Params, Strategy
+from jaxes.strategies.state import StrategyState
+from jaxes.types import Strategy
 
 
-@strategy_state
-class CMAState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class CMAState(StrategyState):
     """CMA-ES's state: everything that changes between generations.
 
     Attributes:
@@ -49,8 +49,7 @@ class CMAState(NamedTuple):
       history: recent best and median fitness (termination).
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "cma_es"
     sigma: jax.Array
     covariance: jax.Array
     axes: jax.Array
@@ -59,13 +58,6 @@ class CMAState(NamedTuple):
     path_c: jax.Array
     refreshed: jax.Array
     history: termination.History
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def cma_es(

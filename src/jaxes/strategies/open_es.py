@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax
 import optax
+from flax import struct
 
 from jaxes import centroid, shaping
 from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
 from jaxes.strategies import _settings, _spec, _tell
-from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
 
-@strategy_state
-class OpenESState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class OpenESState(StrategyState):
     """OpenAI-ES's state; its own field is ``opt_state``, the optax state (float32, like θ)."""
 
-    params: Params
-    dtypes: Any
+    strategy = "open_es"
     opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def open_es(

@@ -12,11 +12,10 @@ Written as centre-of-mass displacements. With symmetric (antithetic) pairs and m
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
+from flax import struct
 
 from jaxes import centroid, optim
 from jaxes import shaping as shaping_lib
@@ -34,12 +33,13 @@ from jaxes.strategies._settings import (
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
 
-@strategy_state
-class PGPEState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class PGPEState(StrategyState):
     """PGPE's state: everything that changes between generations.
 
     Attributes:
@@ -47,17 +47,9 @@ class PGPEState(NamedTuple):
       opt_state: the optimizer state of the mean (ClipUp's velocity by default).
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "pgpe"
     sigma: Params
     opt_state: optax.OptState
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def pgpe(

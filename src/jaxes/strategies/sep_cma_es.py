@@ -15,10 +15,10 @@ were, as in every jaxes strategy, instead of letting the mean drift and σ colla
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
@@ -31,7 +31,7 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
+from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.cma_constants import (
     Rates,
     effective_mass,
@@ -40,11 +40,12 @@ from jaxes.strategies.cma_constants import (
     stall_indicator,
     step_size,
 )
+from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
 
-@strategy_state
-class SepCMAState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class SepCMAState(StrategyState):
     """Separable CMA-ES's state: everything that changes between generations.
 
     Attributes:
@@ -54,19 +55,11 @@ class SepCMAState(NamedTuple):
       path_c: the evolution path ``p_c``.
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "sep_cma_es"
     sigma: jax.Array
     variances: Params
     path_sigma: Params
     path_c: Params
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def sep_cma_es(

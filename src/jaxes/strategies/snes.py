@@ -15,10 +15,10 @@ SNES samples ``x_i = μ + σ ⊙ z_i`` and, with utilities ``u_i`` that sum to z
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
@@ -34,28 +34,21 @@ from jaxes.strategies._settings import (
     per_coordinate,
 )
 from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import BestMember, EstimateStats, strategy_state
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
 
-@strategy_state
-class SNESState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class SNESState(StrategyState):
     """SNES's state: everything that changes between generations.
 
     Attributes:
       sigma: per-coordinate σ (a pytree like ``params``).
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "snes"
     sigma: Params
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 def default_sigma_learning_rate(num_params: int) -> float:

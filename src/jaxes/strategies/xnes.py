@@ -14,10 +14,10 @@ With the NES utilities ``u_i`` (log ranks, summing to zero; ``shaping.log_rank_u
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -29,12 +29,12 @@ from jaxes.strategies._settings import (
     floor_sigma,
 )
 from jaxes.strategies._spec import Estimate
-from jaxes.strategies.base import BestMember, strategy_state
-from jaxes.types import Params, Strategy
+from jaxes.strategies.state import StrategyState
+from jaxes.types import Strategy
 
 
-@strategy_state
-class XNESState(NamedTuple):
+@struct.dataclass(kw_only=True)
+class XNESState(StrategyState):
     """xNES's state: everything that changes between generations.
 
     Attributes:
@@ -43,18 +43,10 @@ class XNESState(NamedTuple):
       history: recent best and median fitness (termination).
     """
 
-    params: Params
-    dtypes: Any
+    strategy = "xnes"
     sigma: jax.Array
     shape: jax.Array
     history: termination.History
-    key: jax.Array
-    generation: jax.Array
-    noise_state: Any
-    pending: jax.Array
-    fitness: jax.Array
-    best_fitness: jax.Array
-    best: BestMember
 
 
 XNESInfo = termination.TerminationInfo

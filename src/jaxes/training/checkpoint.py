@@ -159,7 +159,9 @@ class Checkpointer:
     def save(self, step: int, state: Any) -> None:
         """Writes ``state`` as checkpoint ``step`` and waits until it is complete on disk."""
         data = unwrap_keys(strip_tables(state))
-        self._manager.save(step, args=self._ocp.args.StandardSave(data), force=True)
+        # PyTree's handler (the one StandardSave wraps, the same files) for saves and restores
+        # alike: a manager serves one handler per item, and restore needs its partial mode.
+        self._manager.save(step, args=self._ocp.args.PyTreeSave(data), force=True)
         self._manager.wait_until_finished()
 
     def latest_step(self) -> int | None:
@@ -234,7 +236,15 @@ class Checkpointer:
                     f"{mismatch} (was config.json edited?)"
                 )
         try:
-            raw = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
+            # By name, and only what ``like`` has: a checkpoint may hold fields a state no
+            # longer keeps (before issue 58, every strategy state stored its ``dtypes`` as
+            # arrays), and ``describe_mismatch`` has already named any it lacks.
+            args = self._ocp.args.PyTreeRestore(
+                item=abstract,
+                partial_restore=True,
+                restore_args=self._ocp.checkpoint_utils.construct_restore_args(abstract),
+            )
+            raw = self._manager.restore(step, args=args)
         except Exception as err:  # orbax raises many types for unreadable files
             raise CheckpointError(
                 f"checkpoint {step} in {self.directory} cannot be read ({_brief(err)})"
