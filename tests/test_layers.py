@@ -202,3 +202,48 @@ def test_every_module_holds_code_and_no_old_path_imports():
     assert aliases == []
     old = ["jaxes.runner", "jaxes.config", "jaxes.cli", "jaxes.lowrank", "jaxes.tasks.brax_envs"]
     assert [name for name in old if importlib.util.find_spec(name) is not None] == []
+
+
+# Inside the strategy core (issue 58): each tier imports only tiers below it. The public base
+# types and the tell machinery sit beside the tiers they serve; every strategy file is above
+# the core.
+STRATEGY_TIERS = [
+    ("state", {"jaxes.strategies.state", "jaxes.strategies.base"}),
+    ("settings", {"jaxes.strategies.settings", "jaxes.strategies._state"}),
+    ("samplers", {"jaxes.strategies.samplers", "jaxes.strategies._tell"}),
+    ("core", {"jaxes.strategies.core"}),
+]
+
+
+def strategy_tier(module: str) -> int:
+    for index, (_, members) in enumerate(STRATEGY_TIERS):
+        if module in members:
+            return index
+    return len(STRATEGY_TIERS)  # a strategy, its constants, termination, restarts
+
+
+def strategy_tier_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("jaxes.strategies.") or strategy_tier(module) == len(
+            STRATEGY_TIERS
+        ):
+            continue
+        for target in sorted(targets):
+            if target.startswith("jaxes.strategies") and strategy_tier(target) > strategy_tier(
+                module
+            ):
+                found.append(f"{module} imports {target}, a tier above it")
+    return found
+
+
+def test_the_strategy_core_imports_only_down_its_tiers():
+    """state -> settings -> samplers -> core -> strategies: no import up, so no circle."""
+    graph = import_graph()
+    tiers = {m for _, members in STRATEGY_TIERS for m in members}
+    assert tiers <= set(graph), f"tiers name modules that do not exist: {tiers - set(graph)}"
+    assert strategy_tier_violations(graph) == []
+    wrong = {"jaxes.strategies.samplers": {"jaxes.strategies.core"}}
+    assert strategy_tier_violations(wrong) == [
+        "jaxes.strategies.samplers imports jaxes.strategies.core, a tier above it"
+    ]

@@ -7,6 +7,7 @@ check that ``tell`` rebuilt the same noise from the key.
 
 import dataclasses
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -482,3 +483,20 @@ def test_state_underscore_replace_still_works_with_a_deprecation_warning():
         moved = state._replace(params=jnp.zeros(2))
     assert type(moved) is type(state) and moved.params.tolist() == [0.0, 0.0]
     assert moved.dtypes == state.dtypes and moved.member_dtypes == state.member_dtypes
+
+
+def test_the_strategy_docs_architecture_md_writes_in_one_file_runs_and_climbs():
+    """Issue 58: "adding a strategy" is one file of maths; the docs' file is that file."""
+    text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Adding a strategy") :]
+    source = section[section.index("```python\n") + 10 : section.index("```\n\nTo offer it")]
+    namespace = {"__name__": "climber_module"}
+    exec(compile(source, "architecture.md", "exec"), namespace)  # noqa: S102 - our own docs
+    es = namespace["climber"](8, sigma=0.3)
+    state = es.init(jax.random.key(0), jnp.full(3, 2.0))
+    for key in jax.random.split(jax.random.key(1), 30):
+        population, state = es.ask(key, state)
+        state, info = es.tell(state, -jnp.sum(population**2, axis=1))
+    assert int(state.steps) == 30 and bool(info.applied)
+    assert float(jnp.sum(state.params**2)) < 0.5 * 12.0
+    assert es.traits.name == "climber" and type(state).strategy == "climber"

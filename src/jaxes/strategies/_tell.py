@@ -10,52 +10,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import centroid, low_rank, trees
-from jaxes import noise as noise_lib
+from jaxes import low_rank, trees
 from jaxes.optim import takes_factors
 from jaxes.strategies.base import BestMember, StrategyInfo
-from jaxes.strategies.state import scalar_dtype
-
-
-def population_moments(
-    perturbations: noise_lib.Perturbations,
-    state,
-    mass: jax.Array,
-    sigma,
-    squares: bool = False,
-    keep_factors: bool = False,
-) -> centroid.PopulationMoments:
-    """``PopulationMoments`` of the population the last ``ask`` drew (``state.key``), from
-    regenerated noise.
-
-    One pass over the noise gives ``Σ m_i δ_i`` and ``Σ δ_i`` (and, with ``squares``,
-    ``Σ m_i δ_i²`` and ``Σ δ_i²``), where ``δ_i`` is the displacement member ``i`` had
-    (``σ ⊙ s_i ε_{j(i)}``, or ``x_i - θ`` for members rounded to a narrower dtype); ``sigma`` is
-    the scale members were built with, a scalar or a pytree like the params. With antithetic
-    pairs ``Σ δ_i`` is exactly zero for each leaf whose members were not rounded, and is not
-    rebuilt for it (``Perturbations.moments``' ``paired_rows``). With ``keep_factors`` a
-    low-rank leaf's sums stay ``jaxes.low_rank.LowRank`` factors.
-    """
-    both = jnp.stack([mass, jnp.ones_like(mass)])
-    sums, square_sums = perturbations.moments(
-        state.noise_state,
-        state.key,
-        state.params,
-        sigma,
-        both,
-        both if squares else None,
-        state.dtypes,
-        paired_rows=(1,),
-        keep_factors=keep_factors,
-    )
-    return centroid.PopulationMoments(
-        total_mass=jnp.sum(mass),
-        count=perturbations.population_size,
-        mass_moment=sums[0],
-        displacement_sum=sums[1],
-        mass_square_moment=None if square_sums is None else square_sums[0],
-        square_sum=None if square_sums is None else square_sums[1],
-    )
+from jaxes.strategies.state import own_fields, scalar_dtype
 
 
 def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
@@ -65,19 +23,17 @@ def optimizer_step(optimizer: optax.GradientTransformation, state, ascent):
     return optimizer.update(descent, state.opt_state, state.params)
 
 
-def factored_write(optimizer: optax.GradientTransformation, field: str = "opt_state"):
-    """A ``StrategySpec.write`` for an optimizer that ``jaxes.optim.takes_factors`` (``None``
-    for any other): the optimizer's step from a direction with ``LowRank`` leaves, written in
-    place (``TakesFactors.apply``), its state kept in the strategy's field ``field``."""
+def factored_write(optimizer: optax.GradientTransformation):
+    """A ``core.Rule.write`` for an optimizer that ``jaxes.optim.takes_factors`` (``None`` for
+    any other): the optimizer's step from a direction with ``LowRank`` leaves, written in
+    place (``TakesFactors.apply``), its state kept in the state's ``opt_state``."""
     if not takes_factors(optimizer):
         return None
 
     def write(state, est, applied):
         descent = low_rank.map_linear(jnp.negative, est.direction)
-        params, opt_state, norm = optimizer.apply(
-            descent, getattr(state, field), state.params, applied
-        )
-        return params, {field: opt_state}, norm
+        params, opt_state, norm = optimizer.apply(descent, state.opt_state, state.params, applied)
+        return params, state.replace(opt_state=opt_state), norm
 
     return write
 
@@ -194,15 +150,15 @@ def finish_tell(
 ):
     """The end of every ``tell``: best-so-far, ``StrategyInfo`` and the next state.
 
-    ``update()`` returns ``(step, changes)``: the change of θ (a pytree like the params) and
-    the strategy's own new state fields (σ, optimizer state, paths, ...) by name. It runs
+    ``update()`` returns ``(step, state)``: the change of θ (a pytree like the params) and the
+    state with the strategy's own fields (σ, optimizer state, paths, ...) new. It runs
     only when the update is applied: when the fitness is informative and an ``ask`` was
     pending (a ``tell`` without a pending ``ask`` changes nothing at all). ``scale`` is the
     perturbation scale the told population was built with (kept in the best-member recipe);
     ``info_sigma`` is the σ reported in the info. θ' = θ + step is written elementwise from θ
     and the step inside the applied branch, so XLA updates a donated θ in place.
 
-    ``write``, where given, replaces ``update``: ``write(applied) -> (params, changes,
+    ``write``, where given, replaces ``update``: ``write(applied) -> (params, state,
     step_norm)`` writes θ and the strategy's own fields itself, each once, the new values
     where ``applied`` and the old ones elsewhere (a step from factors,
     ``jaxes.optim.TakesFactors``: no branch, whose operands XLA would copy).
@@ -216,18 +172,21 @@ def finish_tell(
     dtype = scalar_dtype(state)
     best_fitness = jnp.where(improved, summary.max, state.best_fitness).astype(dtype)
 
+    own = own_fields(type(state))
+
     def applied_update():
-        step, changes = update()
+        step, updated = update()
         params = jax.tree.map(lambda x, u: (x + u).astype(x.dtype), state.params, step)
+        changes = {name: getattr(updated, name) for name in own}
         return params, changes, trees.tree_norm(step).astype(dtype)
 
     if write is None:
-        names = tuple(jax.eval_shape(lambda: update()[1]))
-        old = {name: getattr(state, name) for name in names}
+        old = {name: getattr(state, name) for name in own}
         zero = jnp.zeros((), dtype)
         params, changes, update_norm = _when(applied, applied_update, (state.params, old, zero))
     else:
-        params, changes, update_norm = write(applied)
+        params, written, update_norm = write(applied)
+        changes = {name: getattr(written, name) for name in own}
         update_norm = update_norm.astype(dtype)
     info = strategy_info(summary, best_fitness, applied, update_norm, moments, info_sigma)
     new_state = state.replace(

@@ -24,15 +24,15 @@ from jaxes import centroid
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.noise import NoiseSource
-from jaxes.strategies._settings import (
-    NoiseSettings,
+from jaxes.strategies._tell import optimizer_step
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.core import Estimate, Rule, build
+from jaxes.strategies.samplers import Population, diagonal
+from jaxes.strategies.settings import (
     check_optimizer,
     check_population_size,
     scheduled_sigma,
 )
-from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
@@ -125,12 +125,12 @@ def ars(
     def init(master: Params):
         return {"opt_state": optimizer.init(master)}, initial_nu(master)
 
-    def estimate(state: ARSState, fitness, moments_of) -> Estimate:
+    def estimate(state: ARSState, fitness, population: Population) -> Estimate:
         """The ascent direction ``P m̄ (M - c) / (b σ_R ν)`` (the step before ``α``)."""
         nu = nu_of(state)
         weights, reward_std = top_directions(fitness, b)
         mass = centroid.masses(weights)
-        moments = moments_of(mass)
+        moments = population.moments(mass)
         scale = moments.total_mass / (b * jnp.where(reward_std > 0, reward_std, 1.0) * nu)
         direction = jax.tree.map(
             lambda com, c: scale * (com - c),
@@ -141,17 +141,12 @@ def ars(
 
     def update(state: ARSState, est: Estimate):
         step, opt_state = optimizer_step(optimizer, state, est.direction)
-        return step, {"opt_state": opt_state}
+        return step, state.replace(opt_state=opt_state)
 
-    spec = StrategySpec(
-        name="ars",
-        state_type=ARSState,
-        population_size=p,
-        antithetic=True,
+    return build(
+        Rule(init, nu_of, estimate, update),
+        ARSState,
+        diagonal(noise, memory_budget, p, True),
         rank_based=False,  # reward differences scaled by their spread
-        scale=nu_of,
-        init=init,
-        estimate=estimate,
-        update=update,
+        track_best=track_best,
     )
-    return build(spec, NoiseSettings(noise, memory_budget), track_best)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes.strategies._settings import floor_sigma
+from jaxes.strategies.settings import floor_sigma
 
 
 class Rates(NamedTuple):

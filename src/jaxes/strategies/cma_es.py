@@ -15,6 +15,7 @@ whitened) with the last ``B`` and ``D``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,13 +24,22 @@ from flax import struct
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
-from jaxes.strategies import _full, termination
-from jaxes.strategies._settings import (
+from jaxes.strategies import termination
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
+from jaxes.strategies.core import Rule, build
+from jaxes.strategies.samplers import (
+    DEFAULT_COVARIANCE_BUDGET,
+    FullSampler,
+    Population,
+    Sample,
+    check_dimension,
+    unflat,
+)
+from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_population_size,
 )
-from jaxes.strategies._spec import Estimate
-from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Strategy
 
@@ -60,6 +70,17 @@ class CMAState(StrategyState):
     history: termination.History
 
 
+class CMAEstimate(NamedTuple):
+    """CMA-ES's estimate: the recombination displacement and its stats, and what the update
+    reads: the rebuilt sample and the positive and negative (active) weights by rank."""
+
+    direction: object
+    stats: EstimateStats
+    sample: Sample
+    w_pos: jax.Array
+    w_neg: jax.Array
+
+
 def cma_es(
     population_size: int,
     sigma=0.5,
@@ -68,7 +89,7 @@ def cma_es(
     *,
     active: bool = True,
     sigma_floor=None,
-    covariance_budget: int = _full.DEFAULT_COVARIANCE_BUDGET,
+    covariance_budget: int = DEFAULT_COVARIANCE_BUDGET,
     track_best: bool = True,
 ) -> Strategy:
     """CMA-ES with a full covariance over the flattened params.
@@ -113,8 +134,11 @@ def cma_es(
             cache[d] = weights(d, p, elite_size, active)
         return cache[d]
 
-    def init(d: int, dtype):
-        return {
+    budget = int(covariance_budget)
+
+    def init(master):
+        d, dtype = check_dimension(master, "cma_es", budget)
+        own = {
             "sigma": jnp.asarray(sigma0, dtype),
             "covariance": jnp.eye(d, dtype=dtype),
             "axes": jnp.eye(d, dtype=dtype),
@@ -122,45 +146,42 @@ def cma_es(
             "path_sigma": jnp.zeros((d,), dtype),
             "path_c": jnp.zeros((d,), dtype),
             "refreshed": jnp.zeros((), jnp.int32),
+            "history": termination.empty_history(termination.windows(d, p)[1], dtype),
         }
+        return own, (own["sigma"], jnp.eye(d, dtype=dtype))
 
     def factor(state):
         return state.sigma, state.axes * state.scales[None, :]
 
-    def estimate(state, fitness, sample: _full.Sample) -> Estimate:
+    def estimate(state, fitness, population: Population) -> CMAEstimate:
         """The recombination displacement ``M - m = σ y_w``; the masses are the positive
         weights by rank, so ``M`` is the centre of mass of the best ``μ``."""
+        sample = population.sample
         w = constants(sample.z.shape[1])
         dtype = sample.z.dtype
         w_pos = shaping_lib.rank_weights(w.positive)(fitness).astype(dtype)
         w_neg = shaping_lib.rank_weights(w.negative)(fitness).astype(dtype)
-        stats = _full.population_stats(state, sample, w_pos + w_neg, w_pos, state.sigma)
-        return Estimate(centroid.centre_of_mass(stats.moments), stats, aux=(sample, w_pos, w_neg))
+        stats = EstimateStats(w_pos + w_neg, w_pos, population.moments(w_pos), state.sigma)
+        return CMAEstimate(centroid.centre_of_mass(stats.moments), stats, sample, w_pos, w_neg)
 
-    def update(state, est: Estimate):
-        sample, w_pos, w_neg = est.aux
-        return cma_update(
-            state, sample, w_pos, w_neg, constants(sample.z.shape[1]), c_m, sigma_floor
-        )
+    def update(state, est: CMAEstimate):
+        w = constants(est.sample.z.shape[1])
+        step, state = cma_update(state, est.sample, est.w_pos, est.w_neg, w, c_m, sigma_floor)
+        return unflat(step, state.params), state
 
-    spec = _full.FullSpec(
-        name="cma_es",
-        state_type=CMAState,
-        population_size=p,
+    finish = termination.finisher(p, sigma0, _geometry)
+    return build(
+        Rule(init, factor, estimate, update, finish=finish),
+        CMAState,
+        FullSampler(p),
         rank_based=True,
-        init=init,
-        factor=factor,
-        estimate=estimate,
-        update=update,
-        geometry=_geometry,
-        sigma0=sigma0,
-        covariance_budget=int(covariance_budget),
+        track_best=track_best,
     )
-    return _full.build(spec, track_best)
 
 
-def cma_update(state, sample: _full.Sample, w_pos, w_neg, w: Weights, c_m, sigma_floor):
-    """The mean's (flat) step and the new σ, ``C``, paths and eigendecomposition."""
+def cma_update(state, sample: Sample, w_pos, w_neg, w: Weights, c_m, sigma_floor):
+    """The mean's (flat) step and the state with the new σ, ``C``, paths and
+    eigendecomposition."""
     k = w.rates
     d = sample.z.shape[1]
     dtype = sample.z.dtype
@@ -192,16 +213,15 @@ def cma_update(state, sample: _full.Sample, w_pos, w_neg, w: Weights, c_m, sigma
         lambda: eigen(covariance),
         lambda: (state.axes, state.scales),
     )
-    changes = {
-        "sigma": step_size(state.sigma, ps_norm, k, sigma_floor),  # change clipped at e^±1
-        "covariance": covariance,
-        "axes": axes,
-        "scales": scales,
-        "path_sigma": path_sigma,
-        "path_c": path_c,
-        "refreshed": jnp.where(refresh, state.generation + 1, state.refreshed),
-    }
-    return step, changes
+    return step, state.replace(
+        sigma=step_size(state.sigma, ps_norm, k, sigma_floor),  # change clipped at e^±1
+        covariance=covariance,
+        axes=axes,
+        scales=scales,
+        path_sigma=path_sigma,
+        path_c=path_c,
+        refreshed=jnp.where(refresh, state.generation + 1, state.refreshed),
+    )
 
 
 def eigen(covariance: jax.Array) -> tuple[jax.Array, jax.Array]:

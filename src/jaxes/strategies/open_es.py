@@ -9,8 +9,10 @@ from flax import struct
 from jaxes import centroid, shaping
 from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
-from jaxes.strategies import _settings, _spec, _tell
+from jaxes.strategies import _tell, settings
 from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.core import Estimate, Rule, build
+from jaxes.strategies.samplers import Population, diagonal
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
@@ -62,34 +64,36 @@ def open_es(
       >>> bool(jnp.sum(state.params["x"] ** 2) < 3.0), bool(info.applied)
       (True, True)
     """
-    p = _settings.check_population_size(population_size, antithetic)
+    p = settings.check_population_size(population_size, antithetic)
     l2 = check_positive("l2_coeff", l2_coeff, allow_zero=True)
-    optimizer = _settings.check_optimizer(
+    optimizer = settings.check_optimizer(
         optimizer, lambda: optax.adam(check_positive("learning_rate", learning_rate))
     )
     shape_fitness = shaping.get_shaping(fitness_shaping)
-    scale, initial_scale = _settings.scheduled_sigma(sigma, sigma_floor)
+    scale, initial_scale = settings.scheduled_sigma(sigma, sigma_floor)
     # With no L2 term, a low-rank sum can stay factors for an optimizer that takes them.
-    write = _tell.factored_write(optimizer) if _settings.is_zero(l2) else None
+    write = _tell.factored_write(optimizer) if settings.is_zero(l2) else None
 
     def init(master: Params):
         return {"opt_state": optimizer.init(master)}, initial_scale(master)
 
-    def estimate(state: OpenESState, fitness, moments_of) -> _spec.Estimate:
+    def estimate(state: OpenESState, fitness, population: Population) -> Estimate:
         sig = scale(state)
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = moments_of(mass, keep_factors=write is not None)
+        moments = population.moments(mass, keep_factors=write is not None)
         direction = centroid.displacement_update(moments, sig)
-        return _spec.Estimate(direction, EstimateStats(weights, mass, moments, sig))
+        return Estimate(direction, EstimateStats(weights, mass, moments, sig))
 
-    def update(state: OpenESState, est: _spec.Estimate):
+    def update(state: OpenESState, est: Estimate):
         ascent = jax.tree.map(lambda g, x: g - l2 * x, est.direction, state.params)
         step, opt_state = _tell.optimizer_step(optimizer, state, ascent)
-        return step, {"opt_state": opt_state}
+        return step, state.replace(opt_state=opt_state)
 
-    by_rank = _settings.is_rank_shaping(fitness_shaping)
-    spec = _spec.StrategySpec(
-        "open_es", OpenESState, p, antithetic, by_rank, scale, init, estimate, update, write=write
+    return build(
+        Rule(init, scale, estimate, update, write=write),
+        OpenESState,
+        diagonal(noise, memory_budget, p, antithetic),
+        rank_based=settings.is_rank_shaping(fitness_shaping),
+        track_best=track_best,
     )
-    return _spec.build(spec, _settings.NoiseSettings(noise, memory_budget), track_best)

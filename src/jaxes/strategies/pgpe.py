@@ -21,8 +21,11 @@ from jaxes import centroid, optim
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_below, check_positive
 from jaxes.noise import NoiseSource
-from jaxes.strategies._settings import (
-    NoiseSettings,
+from jaxes.strategies._tell import optimizer_step
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.core import Estimate, Rule, build
+from jaxes.strategies.samplers import Population, diagonal
+from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_optimizer,
     check_population_size,
@@ -31,9 +34,6 @@ from jaxes.strategies._settings import (
     is_zero,
     per_coordinate,
 )
-from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies._tell import optimizer_step
-from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
@@ -111,11 +111,11 @@ def pgpe(
         sigmas = per_coordinate(sigma, master)
         return {"sigma": sigmas, "opt_state": optimizer.init(master)}, sigmas
 
-    def estimate(state: PGPEState, fitness, moments_of) -> Estimate:
+    def estimate(state: PGPEState, fitness, population: Population) -> Estimate:
         """Ascent direction of the mean, ``m̄ (M - c)``."""
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = moments_of(mass, squares=adapts_sigma)
+        moments = population.moments(mass, squares=adapts_sigma)
         mean_mass = moments.total_mass / p
         direction = jax.tree.map(
             lambda com, c: mean_mass * (com - c),
@@ -126,28 +126,20 @@ def pgpe(
 
     def update(state: PGPEState, est: Estimate):
         step, opt_state = optimizer_step(optimizer, state, est.direction)
-        changes = {"opt_state": opt_state}
+        state = state.replace(opt_state=opt_state)
         if adapts_sigma:
-            changes["sigma"] = sigma_update(est.stats.moments, state.sigma, sigma_lr, max_change)
-        return step, changes
+            sigma = sigma_update(est.stats.moments, state.sigma, sigma_lr, max_change)
+            state = state.replace(sigma=sigma)
+        return step, state
 
-    spec = StrategySpec(
-        name="pgpe",
-        state_type=PGPEState,
-        population_size=p,
-        antithetic=True,
+    gaussian = "pgpe's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+    return build(
+        Rule(init, lambda state: state.sigma, estimate, update),
+        PGPEState,
+        diagonal(noise, memory_budget, p, True, gaussian if adapts_sigma else None),
         rank_based=is_rank_shaping(fitness_shaping),
-        scale=lambda state: state.sigma,
-        init=init,
-        estimate=estimate,
-        update=update,
-        gaussian_term=(
-            "pgpe's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
-            if adapts_sigma
-            else None
-        ),
+        track_best=track_best,
     )
-    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def sigma_gradient(moments: centroid.PopulationMoments, sigma: Params) -> Params:

@@ -15,6 +15,7 @@ were, as in every jaxes strategy, instead of letting the mean drift and σ colla
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +25,6 @@ from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.noise import NoiseSource
-from jaxes.strategies._settings import (
-    NoiseSettings,
-    check_fixed_sigma,
-    check_population_size,
-    per_coordinate,
-)
-from jaxes.strategies._spec import Estimate, StrategySpec, build
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.cma_constants import (
     Rates,
@@ -39,6 +33,13 @@ from jaxes.strategies.cma_constants import (
     rates,
     stall_indicator,
     step_size,
+)
+from jaxes.strategies.core import Rule, build
+from jaxes.strategies.samplers import Population, diagonal
+from jaxes.strategies.settings import (
+    check_fixed_sigma,
+    check_population_size,
+    per_coordinate,
 )
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
@@ -60,6 +61,15 @@ class SepCMAState(StrategyState):
     variances: Params
     path_sigma: Params
     path_c: Params
+
+
+class SepCMAEstimate(NamedTuple):
+    """sep-CMA-ES's estimate: the recombination displacement, its stats, and the moments of
+    ``y_i = δ_i / σ`` (the displacements in units of σ) the update reads."""
+
+    direction: Params
+    stats: EstimateStats
+    y_moments: centroid.PopulationMoments
 
 
 def sep_cma_es(
@@ -114,32 +124,29 @@ def sep_cma_es(
         }
         return own, per_coordinate(sigma0, master)  # σ D with C = I at the start
 
-    def estimate(state: SepCMAState, fitness, moments_of) -> Estimate:
+    def estimate(state: SepCMAState, fitness, population: Population) -> SepCMAEstimate:
         """The recombination displacement ``M - m`` (the mean's step is ``c_m`` times it); the
         update reads the moments of ``y_i = δ_i / σ`` (displacements in units of σ)."""
         weights = weights_of(fitness)
         # The recombination weights are non-negative, zero for the rest: the masses themselves.
-        y_moments = centroid.scale_moments(moments_of(weights, squares=True), 1.0 / state.sigma)
+        y_moments = centroid.scale_moments(
+            population.moments(weights, squares=True), 1.0 / state.sigma
+        )
         moments = centroid.scale_moments(y_moments, state.sigma)
         stats = EstimateStats(weights, weights, moments, member_scale(state))
-        return Estimate(centroid.centre_of_mass(moments), stats, aux=y_moments)
+        return SepCMAEstimate(centroid.centre_of_mass(moments), stats, y_moments)
 
-    def update(state: SepCMAState, est: Estimate):
-        return sep_cma_update(state, est.aux, mu, c_m, sigma_floor)
+    def update(state: SepCMAState, est: SepCMAEstimate):
+        return sep_cma_update(state, est.y_moments, mu, c_m, sigma_floor)
 
-    spec = StrategySpec(
-        name="sep_cma_es",
-        state_type=SepCMAState,
-        population_size=p,
-        antithetic=False,
+    gaussian = "sep_cma_es's covariance and step-size adaptation"
+    return build(
+        Rule(init, member_scale, estimate, update),
+        SepCMAState,
+        diagonal(noise, memory_budget, p, False, gaussian),
         rank_based=True,  # recombination weights by rank
-        scale=member_scale,
-        init=init,
-        estimate=estimate,
-        update=update,
-        gaussian_term="sep_cma_es's covariance and step-size adaptation",
+        track_best=track_best,
     )
-    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def member_scale(state: SepCMAState) -> Params:
@@ -174,13 +181,12 @@ def sep_cma_update(state: SepCMAState, y_moments, mu: int, c_m, sigma_floor):
         path_c,
         centroid.mass_spread(y_moments),
     )
-    changes = {
-        "sigma": step_size(state.sigma, ps_norm, k, sigma_floor),
-        "variances": variances,
-        "path_sigma": path_sigma,
-        "path_c": path_c,
-    }
-    return step, changes
+    return step, state.replace(
+        sigma=step_size(state.sigma, ps_norm, k, sigma_floor),
+        variances=variances,
+        path_sigma=path_sigma,
+        path_c=path_c,
+    )
 
 
 def conjugate_path(path_sigma: Params, y_w: Params, variances: Params, k: Rates):

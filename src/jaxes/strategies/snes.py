@@ -24,8 +24,10 @@ from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
-from jaxes.strategies._settings import (
-    NoiseSettings,
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.core import Estimate, Rule, build
+from jaxes.strategies.samplers import Population, diagonal
+from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_population_size,
     check_sigma,
@@ -33,8 +35,6 @@ from jaxes.strategies._settings import (
     is_zero,
     per_coordinate,
 )
-from jaxes.strategies._spec import Estimate, StrategySpec, build
-from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Params, Strategy
 
@@ -115,11 +115,11 @@ def snes(
         sigmas = per_coordinate(sigma, master)
         return {"sigma": sigmas}, sigmas
 
-    def estimate(state: SNESState, fitness, moments_of) -> Estimate:
+    def estimate(state: SNESState, fitness, population: Population) -> Estimate:
         """The mean's natural-gradient direction ``P m̄ (M - c)`` (the step is ``η_μ`` times it)."""
         weights = shape_fitness(fitness)
         mass = centroid.masses(weights)
-        moments = moments_of(mass, squares=adapts_sigma)
+        moments = population.moments(mass, squares=adapts_sigma)
         direction = jax.tree.map(
             lambda com, c: moments.total_mass * (com - c),
             centroid.centre_of_mass(moments),
@@ -128,29 +128,20 @@ def snes(
         return Estimate(direction, EstimateStats(weights, mass, moments, state.sigma))
 
     def update(state: SNESState, est: Estimate):
-        changes = {}
-        if adapts_sigma:
-            eta = eta_sigma(state.params)
-            changes["sigma"] = sigma_update(est.stats.moments, state.sigma, eta)
-        return jax.tree.map(lambda d: eta_mu * d, est.direction), changes
+        step = jax.tree.map(lambda d: eta_mu * d, est.direction)
+        if not adapts_sigma:
+            return step, state
+        sigma = sigma_update(est.stats.moments, state.sigma, eta_sigma(state.params))
+        return step, state.replace(sigma=sigma)
 
-    spec = StrategySpec(
-        name="snes",
-        state_type=SNESState,
-        population_size=p,
-        antithetic=antithetic,
+    gaussian = "snes's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
+    return build(
+        Rule(init, lambda state: state.sigma, estimate, update),
+        SNESState,
+        diagonal(noise, memory_budget, p, antithetic, gaussian if adapts_sigma else None),
         rank_based=is_rank_shaping(fitness_shaping),
-        scale=lambda state: state.sigma,
-        init=init,
-        estimate=estimate,
-        update=update,
-        gaussian_term=(
-            "snes's σ update (sigma_learning_rate; pass 0 to keep σ fixed)"
-            if adapts_sigma
-            else None
-        ),
+        track_best=track_best,
     )
-    return build(spec, NoiseSettings(noise, memory_budget), track_best)
 
 
 def sigma_update(moments: centroid.PopulationMoments, sigma: Params, eta_sigma: float) -> Params:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes.strategies.base import StrategyInfo
+from jaxes.strategies.samplers import flat
 
 TOLFUN = 1e-11
 TOLX = 1e-12
@@ -231,3 +232,29 @@ def report(base: StrategyInfo, criteria: Termination, condition, told) -> Termin
         stop=jnp.any(flags),
         condition=condition.astype(base.best_fitness.dtype),
     )
+
+
+def finisher(population_size: int, sigma0: float, geometry):
+    """The ``core.Rule.finish`` of a full-covariance strategy (``cma_es``, ``xnes``): at the end
+    of every ``tell`` it records the fitness history and reports the criteria in the info
+    (``TerminationInfo``). ``geometry(state) -> Geometry`` is the shape of ``C`` they read;
+    ``tolx`` and ``tolupsigma`` are relative to ``sigma0``."""
+
+    def finish(told, state, info):
+        history = record(state.history, state.fitness, info.applied)
+        state = state.replace(history=history)
+        mean = flat(state.params)
+        criteria, condition = check(
+            history=state.history,
+            fitness=state.fitness,
+            informative=info.applied | ~told.pending,  # told.pending: this tell had an ask
+            mean=mean,
+            sigma=state.sigma,
+            sigma0=sigma0,
+            **geometry(state)._asdict(),
+            generation=state.generation,
+            tolfun_window=windows(mean.shape[0], population_size)[0],
+        )
+        return state, report(info, criteria, condition, told.pending)
+
+    return finish

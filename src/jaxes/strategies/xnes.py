@@ -14,6 +14,7 @@ With the NES utilities ``u_i`` (log ranks, summing to zero; ``shaping.log_rank_u
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +23,22 @@ from flax import struct
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
-from jaxes.strategies import _full, termination
-from jaxes.strategies._settings import (
+from jaxes.strategies import termination
+from jaxes.strategies.base import EstimateStats
+from jaxes.strategies.core import Rule, build
+from jaxes.strategies.samplers import (
+    DEFAULT_COVARIANCE_BUDGET,
+    FullSampler,
+    Population,
+    Sample,
+    check_dimension,
+    unflat,
+)
+from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_population_size,
     floor_sigma,
 )
-from jaxes.strategies._spec import Estimate
 from jaxes.strategies.state import StrategyState
 from jaxes.types import Strategy
 
@@ -62,6 +72,15 @@ def default_learning_rates(d: int) -> float:
     return 3.0 * (3.0 + math.log(d)) / (5.0 * d * math.sqrt(d))
 
 
+class XNESEstimate(NamedTuple):
+    """xNES's estimate: the direction and its stats (whose weights are the utilities), and the
+    rebuilt sample the update reads."""
+
+    direction: object
+    stats: EstimateStats
+    sample: Sample
+
+
 def xnes(
     population_size: int,
     sigma=0.5,
@@ -70,7 +89,7 @@ def xnes(
     sigma_learning_rate=None,
     shape_learning_rate=None,
     sigma_floor=None,
-    covariance_budget: int = _full.DEFAULT_COVARIANCE_BUDGET,
+    covariance_budget: int = DEFAULT_COVARIANCE_BUDGET,
     track_best: bool = True,
 ) -> Strategy:
     """xNES with a full covariance over the flattened params.
@@ -105,23 +124,32 @@ def xnes(
     def eta(name: str, d: int) -> float:
         return default_learning_rates(d) if rates[name] is None else rates[name]
 
-    def init(d: int, dtype):
-        return {"sigma": jnp.asarray(sigma0, dtype), "shape": jnp.eye(d, dtype=dtype)}
+    budget = int(covariance_budget)
+
+    def init(master):
+        d, dtype = check_dimension(master, "xnes", budget)
+        own = {
+            "sigma": jnp.asarray(sigma0, dtype),
+            "shape": jnp.eye(d, dtype=dtype),
+            "history": termination.empty_history(termination.windows(d, p)[1], dtype),
+        }
+        return own, (own["sigma"], jnp.eye(d, dtype=dtype))
 
     def factor(state):
         return state.sigma, state.shape
 
-    def estimate(state, fitness, sample: _full.Sample) -> Estimate:
+    def estimate(state, fitness, population: Population) -> XNESEstimate:
+        sample = population.sample
         dtype = sample.z.dtype
         u = shaping_lib.log_rank_utilities(fitness).astype(dtype)
         masses = centroid.masses(u)
-        stats = _full.population_stats(state, sample, u, masses, state.sigma)
+        stats = EstimateStats(u, masses, population.moments(masses), state.sigma)
         m = stats.moments
         direction = jax.tree.map(lambda a, b: a + jnp.min(u) * b, m.mass_moment, m.displacement_sum)
-        return Estimate(direction, stats, aux=(sample, u))
+        return XNESEstimate(direction, stats, sample)
 
-    def update(state, est: Estimate):
-        sample, u = est.aux
+    def update(state, est: XNESEstimate):
+        sample, u = est.sample, est.stats.weights
         d = sample.z.shape[1]
         step = eta_mu * state.sigma * (u @ sample.y)
         g_m = (sample.z * u[:, None]).T @ sample.z
@@ -130,25 +158,18 @@ def xnes(
         values, vectors = jnp.linalg.eigh(0.5 * eta("shape_learning_rate", d) * g_b)
         rotation = (vectors * jnp.exp(values)[None, :]) @ vectors.T
         sigma = state.sigma * jnp.exp(0.5 * eta("sigma_learning_rate", d) * g_sigma)
-        return step, {
-            "sigma": floor_sigma(sigma, sigma_floor),
-            "shape": state.shape @ rotation,
-        }
+        shape = state.shape @ rotation
+        state = state.replace(sigma=floor_sigma(sigma, sigma_floor), shape=shape)
+        return unflat(step, state.params), state
 
-    spec = _full.FullSpec(
-        name="xnes",
-        state_type=XNESState,
-        population_size=p,
+    finish = termination.finisher(p, sigma0, _geometry)
+    return build(
+        Rule(init, factor, estimate, update, finish=finish),
+        XNESState,
+        FullSampler(p),
         rank_based=True,
-        init=init,
-        factor=factor,
-        estimate=estimate,
-        update=update,
-        geometry=_geometry,
-        sigma0=sigma0,
-        covariance_budget=int(covariance_budget),
+        track_best=track_best,
     )
-    return _full.build(spec, track_best)
 
 
 def _geometry(state: XNESState) -> termination.Geometry:

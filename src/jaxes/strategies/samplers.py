@@ -1,0 +1,256 @@
+"""How members are drawn from a state, in the two families, and the ``Population`` view of
+the members the last ``ask`` drew, which a strategy's ``estimate`` reads in both.
+
+- ``Diagonal``: member ``i`` is ``θ + scale ⊙ s_i ε_{j(i)}`` with ``ε`` from a ``jaxes.noise``
+  recipe (``Perturbations``) and ``scale`` σ or a σ per coordinate: OpenAI-ES, PGPE, SNES,
+  ARS, sep-CMA-ES. ``tell`` rebuilds the population's moments from the noise.
+- ``FullSampler``: member ``i`` is ``m + σ A z_i`` on the *flattened* params, ``scale = (σ, A)``
+  with a ``d × d`` matrix ``A``: CMA-ES, xNES. ``z_i`` is drawn from the ``ask`` key and the
+  index alone (threefry: drawn alone it is bit-identical to its row), so ``tell`` rebuilds
+  every ``z_i``; the product ``A z_i`` rounds as its batch does, so a member built alone can
+  differ from its row of ``ask``'s population in the last bit.
+
+Every member is a pure function of the state, the key and its index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from jaxes import centroid, trees
+from jaxes import noise as noise_lib
+from jaxes.noise import threefry
+from jaxes.strategies.settings import NoiseSettings, make_perturbations
+from jaxes.strategies.state import is_rounded_state
+
+# The d × d matrices at the peak of a donated ``tell`` (XLA's memory_analysis at d = 1000:
+# the state's C, B and the best member's scale, 3.01 d², and the update's temporaries, 3.05 d²
+# for CMA-ES; xNES keeps one fewer), the covariance budget's unit.
+MATRICES = 6
+DEFAULT_COVARIANCE_BUDGET = 2**31
+
+
+class Sample(NamedTuple):
+    """The population the last ``ask`` drew by ``FullSampler``, rebuilt: ``z`` (``(P, d)``,
+    standard normal) and ``y = z Aᵀ`` (the displacements in units of σ: ``x_i = m + σ y_i``)."""
+
+    z: jax.Array
+    y: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """The members the last ``ask`` drew, as a strategy's ``estimate`` reads them.
+
+    Attributes:
+      size: ``P``.
+      moments: ``moments(masses, squares=False, keep_factors=False)``, the population's
+        ``centroid.PopulationMoments`` for the ``(P,)`` masses: ``Σ m_i δ_i`` and ``Σ δ_i``
+        (with ``squares`` also ``Σ m_i δ_i²`` and ``Σ δ_i²``), ``δ_i`` the displacement member
+        ``i`` had, as pytrees like the params (a low-rank leaf's sums stay factors with
+        ``keep_factors``, for an optimizer that takes them).
+      sample: ``FullSampler``'s rebuilt ``Sample`` (``None`` for ``Diagonal``).
+    """
+
+    size: int
+    moments: Callable[..., centroid.PopulationMoments]
+    sample: Sample | None = None
+
+
+def flat(params) -> jax.Array:
+    """The params as one vector (the master dtype they share)."""
+    return ravel_pytree(params)[0]
+
+
+def unflat(vector: jax.Array, like):
+    """``vector`` (``(d,)``) shaped as the pytree ``like``, in ``like``'s dtypes."""
+    return ravel_pytree(like)[1](vector)
+
+
+def check_dimension(master, strategy: str, budget: int) -> tuple[int, Any]:
+    """``(d, dtype)`` of the flattened params, whose ``d × d`` matrices must fit
+    ``covariance_budget``; else say the largest ``d`` that does."""
+    theta = flat(master)
+    d, dtype = theta.shape[0], theta.dtype
+    itemsize = jnp.dtype(dtype).itemsize
+    need = MATRICES * d * d * itemsize
+    if need > budget:
+        largest = int((budget / (MATRICES * itemsize)) ** 0.5)
+        raise ValueError(
+            f"params: {strategy} keeps d × d matrices, and d = {d} needs about "
+            f"{need / 2**30:.3g} GiB, above covariance_budget={budget} bytes (the largest d it "
+            f"fits in {jnp.dtype(dtype).name} is {largest}); use sep_cma_es or snes (diagonal) "
+            f"for this many parameters, or raise covariance_budget"
+        )
+    return d, dtype
+
+
+def standard_normal(key: jax.Array, i, d: int, dtype) -> jax.Array:
+    """``z_i``: drawn from the ``ask`` key and the index alone (threefry).
+
+    ``jax.random`` itself, not ``noise.threefry``: with the draw written out, XLA:CPU schedules
+    the best member's ``d × d`` copy after the update and a donated ``tell`` peaks one matrix
+    higher (cma_es at d = 400: 7.08 d² floats against 6.11, tests/test_cma_es.py)."""
+    return jax.random.normal(jax.random.fold_in(key, i), (d,), dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagonal:
+    """The per-coordinate family: member ``i`` is ``θ + scale ⊙ s_i ε_{j(i)}`` with ``ε`` from a
+    ``jaxes.noise`` recipe (``Perturbations``); ``scale`` is σ, or a σ per coordinate."""
+
+    perturbations: noise_lib.Perturbations
+
+    @property
+    def population_size(self) -> int:
+        return self.perturbations.population_size
+
+    @property
+    def antithetic(self) -> bool:
+        return self.perturbations.antithetic
+
+    def start(self, key, master):
+        """``(noise_state, key of the first ask)`` from ``init``'s key."""
+        table_key, ask_key = threefry.split(noise_lib.noise_key(key))
+        return self.perturbations.source.init(table_key, master), ask_key
+
+    def population(self, state, scale):
+        return self.perturbations.population(
+            state.noise_state, state.key, state.params, scale, state.dtypes
+        )
+
+    def member(self, state, i, scale):
+        """Member ``i`` (a valid index) in the params' dtypes."""
+        return self.perturbations.member(
+            state.noise_state, state.key, i, state.params, scale, state.dtypes
+        )
+
+    def members(self, state, first, count: int, scale):
+        return self.perturbations.members(
+            state.noise_state, state.key, first, count, state.params, scale, state.dtypes
+        )
+
+    def displacement(self, state, i, scale):
+        """Member ``i``'s displacement from ``jaxes.centre(state)``: factored where the noise
+        is; for a rounded member, the displacement it really had from the rounded centre."""
+        return self.perturbations.displacement(
+            state.noise_state, state.key, i, state.params, scale, state.dtypes
+        )
+
+    def eval_chunk(self, state, members: int, factored: bool) -> int:
+        return self.perturbations.eval_chunk(state.params, state.dtypes, members, factored)
+
+    def told(self, state, scale) -> Population:
+        """The population the last ``ask`` drew (``state.key``), its moments rebuilt from the
+        noise in one pass (``Perturbations.moments``). With antithetic pairs ``Σ δ_i`` is
+        exactly zero for each leaf whose members were not rounded, and is not rebuilt for it
+        (``paired_rows``)."""
+        perturbations = self.perturbations
+
+        def moments(mass, squares: bool = False, keep_factors: bool = False):
+            both = jnp.stack([mass, jnp.ones_like(mass)])
+            sums, square_sums = perturbations.moments(
+                state.noise_state,
+                state.key,
+                state.params,
+                scale,
+                both,
+                both if squares else None,
+                state.dtypes,
+                paired_rows=(1,),
+                keep_factors=keep_factors,
+            )
+            return centroid.PopulationMoments(
+                total_mass=jnp.sum(mass),
+                count=perturbations.population_size,
+                mass_moment=sums[0],
+                displacement_sum=sums[1],
+                mass_square_moment=None if square_sums is None else square_sums[0],
+                square_sum=None if square_sums is None else square_sums[1],
+            )
+
+        return Population(perturbations.population_size, moments)
+
+
+@dataclasses.dataclass(frozen=True)
+class FullSampler:
+    """Members ``m + σ A z_i`` on the flattened params, for ``scale = (σ, A)``: ``z_i`` from the
+    ``ask`` key and the index alone, so ``tell`` rebuilds every ``z_i`` (``told``)."""
+
+    population_size: int
+    antithetic: bool = False
+
+    def start(self, key, master):
+        return None, noise_lib.noise_key(key)
+
+    def displacement(self, state, i, scale) -> jax.Array:
+        """``σ A z_i`` shaped as the params (master dtype). Refused for members rounded to a
+        narrower dtype: their displacement is not ``σ A z_i``."""
+        if is_rounded_state(state):
+            raise ValueError(
+                "perturbation: members of params narrower than float32 are rounded, so their "
+                "displacement is not σAz; build them with member() instead"
+            )
+        return unflat(self._flat_displacement(state, i, scale), state.params)
+
+    def _flat_displacement(self, state, i, scale) -> jax.Array:
+        sigma, a = scale
+        theta = flat(state.params)
+        return sigma * (a @ standard_normal(state.key, i, theta.shape[0], theta.dtype))
+
+    def member(self, state, i, scale):
+        x = flat(state.params) + self._flat_displacement(state, i, scale)
+        return trees.cast_like(unflat(x, state.params), state.dtypes)
+
+    def members(self, state, first, count: int, scale):
+        return jax.vmap(lambda i: self.member(state, i, scale))(first + jnp.arange(count))
+
+    def population(self, state, scale):
+        return self.members(state, 0, self.population_size, scale)
+
+    def eval_chunk(self, state, members: int, factored: bool) -> int:
+        return members or self.population_size  # no memory budget: all at once
+
+    def told(self, state, scale) -> Population:
+        """Every ``z_i`` and ``y_i`` of the last ``ask``, from its key, and their moments as
+        pytrees. Members rounded to a narrower dtype are read back (``y_i = (x_i - m)/σ``,
+        ``z_i = A⁻¹ y_i``), so the update sees the members that were evaluated."""
+        sigma, a = scale
+        sample = self._sample(state, scale)
+
+        def moments(mass, squares: bool = False, keep_factors: bool = False):
+            del keep_factors  # the moments of a flat sample are dense
+            deltas = jax.vmap(lambda y: unflat(sigma * y, state.params))(sample.y)
+            return centroid.moments(deltas, mass, squares)
+
+        return Population(self.population_size, moments, sample)
+
+    def _sample(self, state, scale) -> Sample:
+        sigma, a = scale
+        theta = flat(state.params)
+        index = jnp.arange(self.population_size)
+        if is_rounded_state(state):
+
+            def evaluated(i):
+                return flat(trees.cast_like(self.member(state, i, scale), state.params))
+
+            y = (jax.vmap(evaluated)(index) - theta) / sigma
+            return Sample(jnp.linalg.solve(a, y.T).T, y)
+        z = jax.vmap(lambda i: standard_normal(state.key, i, theta.shape[0], theta.dtype))(index)
+        return Sample(z, z @ a.T)
+
+
+def diagonal(
+    noise, memory_budget, population_size: int, antithetic: bool, gaussian_term: str | None = None
+) -> Diagonal:
+    """The ``Diagonal`` sampler of a per-coordinate strategy's ``noise`` and ``memory_budget``
+    keywords; ``gaussian_term`` names the term derived for Gaussian ``ε`` only (non-Gaussian
+    noise is then refused), or ``None``."""
+    settings = NoiseSettings(noise, memory_budget)
+    return Diagonal(make_perturbations(settings, population_size, antithetic, gaussian_term))
