@@ -500,3 +500,22 @@ def test_the_strategy_docs_architecture_md_writes_in_one_file_runs_and_climbs():
     assert int(state.steps) == 30 and bool(info.applied)
     assert float(jnp.sum(state.params**2)) < 0.5 * 12.0
     assert es.traits.name == "climber" and type(state).strategy == "climber"
+
+
+def _abstract(tree):
+    return jax.tree.map(lambda x: (x.shape, str(x.dtype), bool(jax.typeof(x).weak_type)), tree)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_init_gives_the_types_tell_returns_so_ask_and_tell_compile_once(name, dtype):
+    """Issue 58: no weak type or other dtype in ``init``'s state that ``tell`` changes, which
+    would compile ``ask`` and ``tell`` a second time (traced abstractly: nothing compiles)."""
+    es = jaxes.strategies.STRATEGIES[name](8, 0.1)
+    params = {"w": jnp.ones((3, 2), dtype), "b": jnp.ones(2, dtype)}
+    state = es.init(jax.random.key(0), params)
+    asked = jax.eval_shape(es.ask, jax.random.key(1), state)[1]
+    told = jax.eval_shape(es.tell, asked, jax.ShapeDtypeStruct((8,), jnp.float32))[0]
+    assert jax.tree.structure(told) == jax.tree.structure(state)
+    assert _abstract(asked) == _abstract(state)
+    assert _abstract(told) == _abstract(state)
