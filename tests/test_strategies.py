@@ -519,3 +519,29 @@ def test_init_gives_the_types_tell_returns_so_ask_and_tell_compile_once(name, dt
     assert jax.tree.structure(told) == jax.tree.structure(state)
     assert _abstract(asked) == _abstract(state)
     assert _abstract(told) == _abstract(state)
+
+
+@pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es"])
+def test_the_noise_keywords_issue_40_removed_still_work_with_a_warning(name):
+    """Issue 58: ``open_es(..., noise_rank=4)`` was a bare TypeError in users' code."""
+    factory = jaxes.strategies.STRATEGIES[name]
+    fixed = {"sigma_learning_rate": 0.0} if name in ("pgpe", "snes") else {}
+    params = {"w": jnp.ones((4, 3))}
+    rank = pytest.warns(DeprecationWarning, match=r"noise_rank .*noise=jaxes.noise.lowrank\(2\)")
+    if name == "sep_cma_es":  # derived for Gaussian noise: low-rank is refused either way
+        with rank, pytest.raises(ValueError, match="not Gaussian"):
+            factory(8, 0.1, noise="lowrank", noise_rank=2)
+    else:
+        with rank:
+            old = factory(8, 0.1, noise="lowrank", noise_rank=2, **fixed)
+        new = factory(8, 0.1, noise=jaxes.noise.lowrank(2), **fixed)
+        a, b = (
+            es.ask(jax.random.key(1), es.init(jax.random.key(0), params))[0] for es in (old, new)
+        )
+        np.testing.assert_array_equal(a["w"], b["w"])
+    with pytest.warns(DeprecationWarning, match=r"noise_table_size .*noise_table\(4096\)"):
+        factory(8, 0.1, noise_table_size=4096)
+    with pytest.warns(DeprecationWarning, match="noise_batch_size .*memory_budget"):
+        factory(8, 0.1, noise_batch_size=4)
+    with pytest.raises(ValueError, match="noise_rank: given with noise='gaussian'"):
+        factory(8, 0.1, noise="gaussian", noise_rank=2)

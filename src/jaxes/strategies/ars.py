@@ -24,6 +24,7 @@ from jaxes import centroid
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.noise import NoiseSource
+from jaxes.strategies import settings
 from jaxes.strategies._tell import optimizer_step
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.core import Estimate, Rule, build
@@ -81,6 +82,7 @@ def top_directions(fitness: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array
     return weights, std
 
 
+@settings.accepts_old_noise_keywords
 def ars(
     population_size: int,
     sigma=0.05,

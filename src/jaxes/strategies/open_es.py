@@ -25,6 +25,7 @@ class OpenESState(StrategyState):
     opt_state: optax.OptState
 
 
+@settings.accepts_old_noise_keywords
 def open_es(
     population_size: int,
     sigma=0.05,

@@ -21,6 +21,7 @@ from jaxes import centroid, optim
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_below, check_positive
 from jaxes.noise import NoiseSource
+from jaxes.strategies import settings
 from jaxes.strategies._tell import optimizer_step
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.core import Estimate, Rule, build
@@ -52,6 +53,7 @@ class PGPEState(StrategyState):
     opt_state: optax.OptState
 
 
+@settings.accepts_old_noise_keywords
 def pgpe(
     population_size: int,
     sigma=0.05,

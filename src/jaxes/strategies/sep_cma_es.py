@@ -25,6 +25,7 @@ from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_int, check_positive
 from jaxes.noise import NoiseSource
+from jaxes.strategies import settings
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.cma_constants import (
     Rates,
@@ -72,6 +73,7 @@ class SepCMAEstimate(NamedTuple):
     y_moments: centroid.PopulationMoments
 
 
+@settings.accepts_old_noise_keywords
 def sep_cma_es(
     population_size: int,
     sigma=0.05,

@@ -6,7 +6,9 @@ traced, with a message naming the setting.
 
 from __future__ import annotations
 
+import functools
 import numbers
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -270,3 +272,61 @@ def make_perturbations(
         antithetic=bool(antithetic),
         memory_budget=noise_lib.check_memory_budget(settings.memory_budget),
     )
+
+
+# Keywords issue 40 replaced by ``noise=`` without a release of warnings; accepted until
+# the release after the one that warns.
+OLD_NOISE_KEYWORDS = ("noise_rank", "noise_table_size", "noise_batch_size")
+
+
+def accepts_old_noise_keywords(factory: Callable) -> Callable:
+    """``factory`` also taking ``noise_rank``, ``noise_table_size`` and ``noise_batch_size``,
+    each with a ``DeprecationWarning`` naming what replaces it: ``noise_rank=r`` is
+    ``noise=jaxes.noise.lowrank(r)``, ``noise_table_size=n`` is
+    ``noise=jaxes.noise.noise_table(n)``, and ``noise_batch_size`` is ignored
+    (``memory_budget`` sets how many perturbations ``tell`` rebuilds at once).
+
+    Example:
+      >>> import warnings, jaxes
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...     warnings.simplefilter("always")
+      ...     es = jaxes.open_es(8, noise_rank=2)
+      >>> print(caught[0].message)  # doctest: +ELLIPSIS
+      open_es: noise_rank is deprecated ...; pass noise=jaxes.noise.lowrank(2)
+    """
+
+    @functools.wraps(factory)
+    def with_old_keywords(*args, **kwargs):
+        old = {name: kwargs.pop(name) for name in OLD_NOISE_KEYWORDS if name in kwargs}
+        if "noise_rank" in old and "noise_table_size" in old:
+            raise ValueError(
+                "noise_rank, noise_table_size: give one noise source; pass "
+                "noise=jaxes.noise.lowrank(rank) or noise=jaxes.noise.noise_table(size)"
+            )
+        for name, value in old.items():
+            replacement = _replacement(name, value, kwargs)
+            warnings.warn(
+                f"{factory.__name__}: {name} is deprecated (issue 40 folded the noise keywords "
+                f"into noise=) and goes in the next release; {replacement}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return factory(*args, **kwargs)
+
+    return with_old_keywords
+
+
+def _replacement(name: str, value, kwargs: dict) -> str:
+    """What replaces the old keyword ``name``; sets ``kwargs["noise"]`` where one does."""
+    if name == "noise_batch_size":
+        return "it is ignored: memory_budget sets how many perturbations tell rebuilds at once"
+    allowed = ("auto", "lowrank") if name == "noise_rank" else ("auto", "table")
+    if kwargs.get("noise", "auto") not in allowed:
+        raise ValueError(
+            f"{name}: given with noise={kwargs['noise']!r}; pass one noise source as noise="
+        )
+    if name == "noise_rank":
+        kwargs["noise"] = factors.lowrank(check_int("noise_rank", value, 1))
+        return f"pass noise=jaxes.noise.lowrank({value})"
+    kwargs["noise"] = noise_lib.noise_table(check_int("noise_table_size", value, 1))
+    return f"pass noise=jaxes.noise.noise_table({value})"

@@ -24,6 +24,7 @@ from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
 from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
+from jaxes.strategies import settings
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.core import Estimate, Rule, build
 from jaxes.strategies.samplers import Population, diagonal
@@ -61,6 +62,7 @@ def default_sigma_learning_rate(num_params: int) -> float:
     return (3.0 + math.log(num_params)) / (5.0 * math.sqrt(num_params))
 
 
+@settings.accepts_old_noise_keywords
 def snes(
     population_size: int,
     sigma=0.05,
