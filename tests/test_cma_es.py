@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jaxes
+from jaxes import step
 from jaxes.strategies import cma_constants, restarts, termination
 from jaxes.strategies.cma_constants import default_population_size, weights
 
@@ -392,10 +393,23 @@ def test_the_stated_departures_from_pycma_hold():
     assert diagonal._replace(c_1=0, c_mu=0) == full._replace(c_1=0, c_mu=0)
 
 
-def test_termination_info_is_strategy_info_then_the_criteria():
+def test_termination_info_is_the_criteria_in_strategy_info_and_in_the_metrics():
+    """Issue 58: one StrategyInfo; the CMA family's criteria are its ``termination`` record,
+    read as the info's own fields and logged as columns as before."""
     assert termination.TerminationInfo._fields == (
-        *jaxes.strategies.StrategyInfo._fields,
         *termination.Termination._fields,
         "stop",
         "condition",
     )
+    assert jaxes.strategies.StrategyInfo._fields[-1] == "termination"
+    es = jaxes.cma_es(6, sigma=1.0)
+    state = es.init(jax.random.key(0), jnp.ones(2))
+    _, state = es.ask(jax.random.key(1), state)
+    _, info = es.tell(state, jnp.zeros(6))  # flat: flat_fitness and stop
+    assert bool(info.stop) and bool(info.flat_fitness) and info.stop is info.termination.stop
+    assert set(step.scalar_metrics(info)) == {
+        *jaxes.strategies.StrategyInfo._fields[:-1],
+        *termination.TerminationInfo._fields,
+    }
+    with pytest.raises(AttributeError, match="no field 'stop'"):
+        _ = jaxes.strategies.StrategyInfo(*range(11)).stop

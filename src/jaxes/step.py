@@ -30,7 +30,8 @@ class TrainState(NamedTuple):
 
 
 def scalar_metrics(info) -> dict:
-    """The scalar fields of a strategy's ``info`` (parameter-sized ones stay out of logs).
+    """The scalar fields of a strategy's ``info`` (parameter-sized ones stay out of logs), a
+    sub-record's fields among them (``StrategyInfo.termination``).
 
     Example:
       >>> import collections, jax.numpy as jnp
@@ -39,7 +40,12 @@ def scalar_metrics(info) -> dict:
       >>> sorted(metrics), float(metrics["fitness_mean"])
       (['fitness_mean', 'sigma'], 1.5)
     """
-    return {k: v for k, v in info._asdict().items() if isinstance(v, jax.Array) and v.ndim == 0}
+    fields = dict(info._asdict())
+    for name, value in list(fields.items()):
+        if hasattr(value, "_asdict"):  # a sub-record (the CMA family's termination): its columns
+            del fields[name]
+            fields.update(value._asdict())
+    return {k: v for k, v in fields.items() if isinstance(v, jax.Array) and v.ndim == 0}
 
 
 def generation_step(

@@ -11,7 +11,7 @@ import jax
 from jaxes import centroid
 from jaxes.strategies.state import BestMember, centre
 
-__all__ = ["BestMember", "EstimateStats", "StrategyInfo", "centre"]
+__all__ = ["BestMember", "EstimateStats", "StrategyInfo", "TerminationInfo", "centre"]
 
 
 class EstimateStats(NamedTuple):
@@ -29,6 +29,23 @@ class EstimateStats(NamedTuple):
     masses: jax.Array
     moments: centroid.PopulationMoments
     sigma: object
+
+
+class TerminationInfo(NamedTuple):
+    """The CMA family's record in ``StrategyInfo.termination`` (``cma_es``, ``xnes``): one bool
+    per pycma termination criterion (``termination.Termination``, in its order), ``stop``
+    (any of them) and ``condition``, the condition number of the covariance."""
+
+    tolfun: jax.Array
+    tolx: jax.Array
+    tolupsigma: jax.Array
+    conditioncov: jax.Array
+    noeffectaxis: jax.Array
+    noeffectcoord: jax.Array
+    stagnation: jax.Array
+    flat_fitness: jax.Array
+    stop: jax.Array
+    condition: jax.Array
 
 
 class StrategyInfo(NamedTuple):
@@ -49,6 +66,9 @@ class StrategyInfo(NamedTuple):
       centroid_offset_norm: ``‖c - θ‖`` (plain centroid; 0 with float32 antithetic pairs).
       total_mass: ``Σ m_i``.
       sigma: the mean perturbation scale over coordinates.
+      termination: the CMA family's termination criteria (``TerminationInfo``; ``None`` for
+        the other strategies). Its fields read as the info's own too (``info.stop``), and
+        ``metrics.jsonl`` has a column for each.
     """
 
     fitness_mean: jax.Array
@@ -62,3 +82,12 @@ class StrategyInfo(NamedTuple):
     centroid_offset_norm: jax.Array
     total_mass: jax.Array
     sigma: jax.Array
+    termination: TerminationInfo | None = None
+
+    def __getattr__(self, name: str):
+        # Only for names that are no field: the termination record's, read as the info's own
+        # (``info.stop``, ``info.tolfun``), as they were before it was a sub-record.
+        record = self.termination
+        if record is not None and name in TerminationInfo._fields:
+            return getattr(record, name)
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes.strategies.base import StrategyInfo
+from jaxes.strategies.base import StrategyInfo, TerminationInfo
 from jaxes.strategies.samplers import flat
 
 TOLFUN = 1e-11
@@ -193,45 +193,16 @@ def check(
     return criteria, condition
 
 
-class TerminationInfo(NamedTuple):
-    """The info of ``cma_es`` and ``xnes``: ``StrategyInfo``'s columns, one bool per
-    termination criterion (``Termination``), ``stop`` (any of them) and ``condition``, the
-    condition number of the covariance. ``tests/test_cma_es.py`` checks that its fields are
-    ``StrategyInfo``'s and ``Termination``'s, in order."""
-
-    fitness_mean: jax.Array
-    fitness_max: jax.Array
-    fitness_min: jax.Array
-    best_fitness: jax.Array
-    num_finite: jax.Array
-    applied: jax.Array
-    update_norm: jax.Array
-    com_displacement_norm: jax.Array
-    centroid_offset_norm: jax.Array
-    total_mass: jax.Array
-    sigma: jax.Array
-    tolfun: jax.Array
-    tolx: jax.Array
-    tolupsigma: jax.Array
-    conditioncov: jax.Array
-    noeffectaxis: jax.Array
-    noeffectcoord: jax.Array
-    stagnation: jax.Array
-    flat_fitness: jax.Array
-    stop: jax.Array
-    condition: jax.Array
-
-
-def report(base: StrategyInfo, criteria: Termination, condition, told) -> TerminationInfo:
-    """``base`` with the criteria (all false for a ``tell`` without a pending ``ask``) and the
-    condition number ``check`` returned."""
+def report(base: StrategyInfo, criteria: Termination, condition, told) -> StrategyInfo:
+    """``base`` with its ``termination`` record: the criteria (all false for a ``tell``
+    without a pending ``ask``), ``stop`` and the condition number ``check`` returned."""
     flags = jnp.stack(list(criteria)) & told  # one kernel for eight scalars
-    return TerminationInfo(
-        *base,
+    record = TerminationInfo(
         *(flags[i] for i in range(len(criteria))),
         stop=jnp.any(flags),
         condition=condition.astype(base.best_fitness.dtype),
     )
+    return base._replace(termination=record)
 
 
 def finisher(population_size: int, sigma0: float, geometry):

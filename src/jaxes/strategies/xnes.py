@@ -59,9 +59,6 @@ class XNESState(StrategyState):
     history: termination.History
 
 
-XNESInfo = termination.TerminationInfo
-
-
 def default_learning_rates(d: int) -> float:
     """``η_σ = η_B = 3 (3 + ln d) / (5 d √d)`` (Glasmachers et al. 2010).
 
