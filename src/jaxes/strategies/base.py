@@ -33,8 +33,8 @@ class EstimateStats(NamedTuple):
 
 class TerminationInfo(NamedTuple):
     """The CMA family's record in ``StrategyInfo.termination`` (``cma_es``, ``xnes``): one bool
-    per pycma termination criterion (``termination.Termination``, in its order), ``stop``
-    (any of them) and ``condition``, the condition number of the covariance."""
+    per pycma termination criterion (``termination``'s table), ``stop`` (any of them) and
+    ``condition``, the condition number of the covariance."""
 
     tolfun: jax.Array
     tolx: jax.Array

@@ -195,7 +195,7 @@ def run_once(
 
 
 def _criteria(info) -> list[str]:
-    return [name for name in termination.Termination._fields if hasattr(info, name)]
+    return [name for name in termination.CRITERIA if hasattr(info, name)]
 
 
 def ipop(

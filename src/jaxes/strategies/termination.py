@@ -38,17 +38,9 @@ TOLCONDITIONCOV = 1e14
 MAX_STAGNATION = 20000
 
 
-class Termination(NamedTuple):
-    """pycma's termination criteria, one bool scalar each (see the module's table)."""
-
-    tolfun: jax.Array
-    tolx: jax.Array
-    tolupsigma: jax.Array
-    conditioncov: jax.Array
-    noeffectaxis: jax.Array
-    noeffectcoord: jax.Array
-    stagnation: jax.Array
-    flat_fitness: jax.Array
+# pycma's criteria, one bool scalar each (see the module's table), in ``TerminationInfo``'s
+# order; its last two fields are ``stop`` and ``condition``.
+CRITERIA = TerminationInfo._fields[:-2]
 
 
 class History(NamedTuple):
@@ -151,7 +143,7 @@ def check(
     path_c: jax.Array,
     generation: jax.Array,
     tolfun_window: int,
-) -> tuple[Termination, jax.Array]:
+) -> tuple[TerminationInfo, jax.Array]:
     """The criteria for a state whose members are ``m + σ y`` with ``Cov(y) = C``, and the
     condition number of ``C``.
 
@@ -179,7 +171,7 @@ def check(
     axis = axes[:, generation % d]
     coord_step = 0.2 * sigma * jnp.sqrt(jnp.maximum(variances, 0.0))
     ordered = _chronological(history)
-    criteria = Termination(
+    flags = dict(
         tolfun=_tolfun(history, ordered, fitness, tolfun_window),
         tolx=(sigma * jnp.max(jnp.sqrt(jnp.maximum(variances, 0.0))) < tolx)
         & (sigma * jnp.max(jnp.abs(path_c)) < tolx),
@@ -190,15 +182,16 @@ def check(
         stagnation=_stagnated(history, ordered),
         flat_fitness=~informative,
     )
-    return criteria, condition
+    stop = jnp.any(jnp.stack(list(flags.values())))
+    return TerminationInfo(**flags, stop=stop, condition=condition), condition
 
 
-def report(base: StrategyInfo, criteria: Termination, condition, told) -> StrategyInfo:
-    """``base`` with its ``termination`` record: the criteria (all false for a ``tell``
-    without a pending ``ask``), ``stop`` and the condition number ``check`` returned."""
-    flags = jnp.stack(list(criteria)) & told  # one kernel for eight scalars
+def report(base: StrategyInfo, criteria: TerminationInfo, condition, told) -> StrategyInfo:
+    """``base`` with its ``termination`` record: the criteria ``check`` returned (all false for
+    a ``tell`` without a pending ``ask``), ``stop`` and the condition number."""
+    flags = jnp.stack(list(criteria[: len(CRITERIA)])) & told  # one kernel for eight scalars
     record = TerminationInfo(
-        *(flags[i] for i in range(len(criteria))),
+        *(flags[i] for i in range(len(CRITERIA))),
         stop=jnp.any(flags),
         condition=condition.astype(base.best_fitness.dtype),
     )
