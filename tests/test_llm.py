@@ -186,6 +186,7 @@ def test_a_streamed_tied_head_reads_the_table_once_its_query_exists():
     table = 8192 * 16 * 4
     assert _tied_decode_temp(stream=True) <= _tied_decode_temp(stream=False) - table // 2
 
+
 def test_countdown_reward_is_one_for_a_right_equation_a_tenth_for_format_and_zero_else():
     problem = {"numbers": [4, 9, 11], "target": 25}
     assert countdown_reward(problem, "x </think>\n<answer>(11 - 9) * 4 + 9</answer>") == 0.1
