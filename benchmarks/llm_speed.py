@@ -113,7 +113,8 @@ def programs(args, dtype: str, stream: bool, P: int) -> list[tuple]:
     import jax.numpy as jnp
 
     import jaxes
-    from jaxes import evaluation, factored, quantized, trees
+    from jaxes import evaluation, factored, trees
+    from jaxes.factored.int8 import quantize
     from jaxes.llm.text_task import _quantized, split_params
     from jaxes.tasks.sequence import generate, sequence_task
 
@@ -153,7 +154,7 @@ def programs(args, dtype: str, stream: bool, P: int) -> list[tuple]:
         return reward(prompts, tokens).reshape(P, batch).mean(axis=1)
 
     def inference_int8(searched, frozen, prompts):
-        merged = trees.merged(quantized.quantize(searched), frozen)
+        merged = trees.merged(quantize(searched), frozen)
 
         def apply_fn(tokens, cache, position):
             return factored.apply(model, merged, None, tokens, cache, position)

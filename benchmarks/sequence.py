@@ -14,7 +14,7 @@ of 16 tokens, 32 decode steps, 4 prompts per member by default), per population 
   plain         `generate` of P x batch distinct prompts by the unperturbed model
                 (`model.apply`), one jitted call: the inference an ES generation is compared
                 with (the same number of sequences, the same decoding code).
-  plain int8    the same with the weight-only int8 model (`jaxes.quantized.quantize` of the
+  plain int8    the same with the weight-only int8 model (`jaxes.factored.int8.quantize` of the
                 params, run by `jaxes.factored.apply(model, int8 params, None, ...)`): what
                 int8 itself costs here.
   lowrank r=R   one ES generation, jitted and donated: `es.ask` ->
@@ -211,7 +211,8 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
     import jax.numpy as jnp
 
     import jaxes
-    from jaxes import factored, quantized
+    from jaxes import factored
+    from jaxes.factored import int8
     from jaxes.step import TrainState, generation_step
     from jaxes.tasks.sequence import generate, sequence_task
 
@@ -281,7 +282,7 @@ def throughput_rows(cfg: dict, populations: list[int], ranks: list[int], args) -
         pending.append(({"method": "plain", "compile_s": c.wall}, compiled, [params, all_prompts]))
 
         if args.int8:
-            qparams = quantized.quantize(params)
+            qparams = int8.quantize(params)
             with Clock() as c:
                 compiled = jax.jit(plain_int8).lower(qparams, all_prompts).compile()
             row = {"method": "plain int8", "compile_s": c.wall}

@@ -14,7 +14,7 @@ import pytest
 
 import jaxes
 from jaxes import evaluation, factored, parallel, training, trees
-from jaxes.noise.factors import LowRank
+from jaxes.factored.lowrank import LowRank
 from jaxes.step import generation_step
 from jaxes.strategies import STRATEGIES
 from jaxes.tasks.control import rollout

@@ -1,4 +1,4 @@
-"""A low-rank population's sum kept as factors through ``tell`` (``jaxes.low_rank``,
+"""A low-rank population's sum kept as factors through ``tell`` (``jaxes.factored.lowrank``,
 ``jaxes.optim.TakesFactors``): the same step as multiplied out, and no parameter-sized
 temporary beyond one matrix (XLA's ``memory_analysis``, compile only)."""
 
@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import jaxes
-from jaxes import low_rank
+from jaxes.factored import lowrank as low_rank
 from jaxes.noise.moments import worth_keeping
 
 KEY = jax.random.key(0)

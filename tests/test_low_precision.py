@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import jaxes
-from jaxes import factored, quantized
-from jaxes.noise.factors import LowRank
+from jaxes import factored
+from jaxes.factored import int8
+from jaxes.factored.lowrank import LowRank
 
 
 class Net(nn.Module):
@@ -146,9 +147,7 @@ def test_a_bf16_dense_layer_adds_its_low_rank_term_in_float32_and_rounds_once():
 def test_int8_forward_equals_numpy():
     rng = np.random.default_rng(0)
     w, b, x = rng.normal(size=(6, 5)), rng.normal(size=5), rng.normal(size=(3, 6))
-    q = quantized.quantize(
-        {"kernel": jnp.asarray(w, jnp.float32), "bias": jnp.asarray(b, jnp.float32)}
-    )
+    q = int8.quantize({"kernel": jnp.asarray(w, jnp.float32), "bias": jnp.asarray(b, jnp.float32)})
     values, scale = np.asarray(q["kernel"].values), np.asarray(q["kernel"].scale)
     assert values.dtype == np.int8 and np.abs(values).max() == 127
     ref = (x @ values.astype(np.float64)) * scale + b
@@ -187,7 +186,7 @@ def test_int8_base_with_low_rank_members_matches_the_dequantized_members():
         return jnp.sum(factored.apply(NET, centre, delta, TOKENS) ** 2)
 
     got = factored.evaluate(es, state, fitness, quantize=True)
-    base = quantized.dequantize(quantized.quantize(state.params))
+    base = int8.dequantize(int8.quantize(state.params))
     ref = jax.vmap(
         lambda i: jnp.sum(
             NET.apply({"params": factored.member(base, es.perturbation(state, i))}, TOKENS) ** 2
@@ -206,5 +205,5 @@ def test_the_digits_classifier_takes_the_weights_its_members_are_evaluated_with(
     config = classifier.Config("x", hidden=(8,), noise="lowrank", weights="int8")
     params = {"Dense_0": {"kernel": jnp.ones((64, 8)), "bias": jnp.zeros(8)}}
     deployed = classifier.deployed(config, params)
-    assert quantized.is_int8(deployed["Dense_0"]["kernel"])
+    assert int8.is_int8(deployed["Dense_0"]["kernel"])
     assert deployed["Dense_0"]["bias"].dtype == jnp.float32

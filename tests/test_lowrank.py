@@ -15,8 +15,8 @@ from test_unbiased import OBJECTIVES, SIGMA, THETA, P, within_standard_errors
 import jaxes
 from jaxes import evaluation, factored
 from jaxes.app.cli import main
-from jaxes.noise import Perturbations, factors, lowrank
-from jaxes.noise.factors import LowRank
+from jaxes.factored.lowrank import LowRank, is_factored
+from jaxes.noise import Perturbations, lowrank
 from jaxes.tasks.functions import function_task
 
 # Several matrices, biases and a 3-D leaf (a batch of two 3 x 4 matrices).
@@ -343,8 +343,6 @@ def test_jaxes_train_settings_trace_a_brax_generation_with_low_rank_noise():
     state = training.init_state(strategy, task, 0)
     jax.jit(generation_step(strategy, task)).lower(state)
     delta = strategy.perturbation(state.strategy_state, 0)
-    kernels = [
-        x for x in jax.tree.leaves(delta, is_leaf=factors.is_factored) if factors.is_factored(x)
-    ]
+    kernels = [x for x in jax.tree.leaves(delta, is_leaf=is_factored) if is_factored(x)]
     assert kernels and all(k.a.shape[-1] <= 3 for k in kernels)
     assert any(k.a.shape[-1] == 3 for k in kernels)

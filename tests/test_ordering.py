@@ -1,13 +1,13 @@
-"""``jaxes.ordering.after``: the same bits, later; unbatched under ``vmap``; the identity for
-``grad``. Its effect on XLA's memory plan is tested where it is used (test_sequence's streamed
-decode, test_factored_tell's one product at a time)."""
+"""``jaxes.factored.ordering.after``: the same bits, later; unbatched under ``vmap``; the
+identity for ``grad``. Its effect on XLA's memory plan is tested where it is used
+(test_sequence's streamed decode, test_factored_tell's one product at a time)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxes.ordering import after
+from jaxes.factored.ordering import after
 
 TREE = {
     "w": jnp.array([[1.5, -0.0], [jnp.nan, jnp.inf]]),

@@ -12,7 +12,7 @@ import pytest
 
 import jaxes
 from jaxes import parallel
-from jaxes.noise.factors import LowRank
+from jaxes.factored.lowrank import LowRank
 from jaxes.step import TrainState, generation_step
 from jaxes.tasks.sequence import generate, prompt_batch, sequence_task
 from jaxes.tasks.transformer import Transformer

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes.low_rank import is_factored, map_linear, subtract
+from jaxes.factored.lowrank import is_factored, map_linear, subtract
 from jaxes.trees import tree_norm  # noqa: F401 - documented here too: the norm of a centroid
 from jaxes.types import Params
 

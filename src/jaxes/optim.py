@@ -8,16 +8,18 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import low_rank, trees
+from jaxes import trees
 from jaxes.checks import check_below, check_positive
+from jaxes.factored import lowrank as low_rank
 
 
 class TakesFactors(optax.GradientTransformation):
     """An optax ``GradientTransformation`` that can also write its step in place from a
-    gradient with ``jaxes.low_rank.LowRank`` leaves (the population's sum kept as factors, from
-    low-rank noise): ``apply(grads, state, params, applied) -> (params, state, step_norm)``,
-    the new params and optimizer state where ``applied``, the old ones elsewhere. A strategy
-    hands such an optimizer its gradient unmultiplied; any other optimizer gets it dense.
+    gradient with ``jaxes.factored.lowrank.LowRank`` leaves (the population's sum kept as
+    factors, from low-rank noise):
+    ``apply(grads, state, params, applied) -> (params, state, step_norm)``, the new params and
+    optimizer state where ``applied``, the old ones elsewhere. A strategy hands such an
+    optimizer its gradient unmultiplied; any other optimizer gets it dense.
     As an optax transformation (``init``, ``update``, ``optax.chain``) it is the plain one."""
 
     def __new__(cls, init, update, apply=None):

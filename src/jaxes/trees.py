@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes.low_rank import is_factored, square_norm
+from jaxes.factored.lowrank import is_factored, square_norm
 from jaxes.types import Params
 
 
@@ -141,7 +141,7 @@ def broadcast_like(value, params: Params) -> Params:
 
 
 def tree_norm(tree) -> jax.Array:
-    """Euclidean norm of all leaves together (a ``jaxes.low_rank.LowRank`` leaf from its
+    """Euclidean norm of all leaves together (a ``jaxes.factored.lowrank.LowRank`` leaf from its
     factors).
 
     Example:

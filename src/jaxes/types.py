@@ -66,7 +66,7 @@ class Strategy(NamedTuple):
         from an even ``first`` (it may be traced), bit-identical to ``member`` but building
         an antithetic pair from one read of its noise (``None``: ``vmap`` over ``member``).
       perturbation: ``perturbation(state, i) -> delta_i``, member ``i``'s displacement
-        ``member - θ`` (float32), with factored leaves (``jaxes.noise.factors.LowRank``) kept
+        ``member - θ`` (float32), with factored leaves (``jaxes.factored.lowrank.LowRank``) kept
         factored for a source that has them; ``jaxes.factored`` evaluates members from it
         without building them (``None``: not offered).
       traits: a ``StrategyTraits`` (``None`` for a strategy built by hand).

@@ -14,7 +14,7 @@ factored, ``x W + (x A) Bᵀ`` in every ``nn.Dense``).
   sequence task; the fitness of a member is its mean exact reward on a batch of training
   problems, the same batch for every member of a generation. Variants (``METHODS``): full-rank
   Gaussian noise, low rank r = 1 and r = 4, bfloat16 params, an int8 base (the centre quantised
-  each generation, weight-only int8 with per-channel scales, ``jaxes.quantized``), antithetic
+  each generation, weight-only int8 with per-channel scales, ``jaxes.factored.int8``), antithetic
   pairs or independent members.
 * ``finetune`` with ``GRPO``: REINFORCE with a group-mean baseline (GRPO-style): ``group``
   samples (at temperature 1) per prompt, advantage = reward − the group's mean reward, no KL;
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import quantized
+from jaxes.factored import int8
 from jaxes.noise import lowrank
 from jaxes.step import TrainState, generation_step
 from jaxes.strategies import open_es
@@ -149,7 +149,7 @@ def _es_program(method: Method, model: Transformer, train_prompts, stretch: int)
         inner = task.evaluate_factored
 
         def evaluate_factored(key, centre, deltas, task_state):
-            return inner(key, quantized.quantize(centre), deltas, task_state)
+            return inner(key, int8.quantize(centre), deltas, task_state)
 
         task = dataclasses.replace(task, evaluate_factored=evaluate_factored)
     step = generation_step(es, task)

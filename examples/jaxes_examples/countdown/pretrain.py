@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import factored, quantized
+from jaxes import factored
+from jaxes.factored import int8
 from jaxes.tasks.sequence import generate
 from jaxes.tasks.transformer import Transformer
 from jaxes.training import compilation
@@ -202,7 +203,7 @@ def greedy(model: Transformer, params, prompts: jax.Array, steps: int, quantize=
     dtype; with ``quantize``, the int8 model, run by ``jaxes.factored``)."""
     dtype = jnp.result_type(*jax.tree.leaves(params))
     if quantize:
-        params = quantized.quantize(params)
+        params = int8.quantize(params)
 
         def apply_fn(tokens, cache, position):
             return factored.apply(model, params, None, tokens, cache, position)

@@ -25,8 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxes import factored, quantized, subspace, trees
+from jaxes import factored, subspace, trees
 from jaxes.evaluation import evaluate
+from jaxes.factored import int8
 from jaxes.noise import lowrank
 from jaxes.strategies import open_es
 from jaxes.types import Strategy
@@ -36,7 +37,7 @@ from . import data as classification
 
 # The weights members are evaluated with: float32; bfloat16 params (each member the rounded
 # centre plus its exact low-rank term); an int8 base (the float32 θ quantised per output
-# channel each generation, jaxes.quantized) plus the low-rank term.
+# channel each generation, jaxes.factored.int8) plus the low-rank term.
 WEIGHTS = ("float32", "bfloat16", "int8")
 
 
@@ -171,7 +172,7 @@ def deployed(config: Config, params):
     if config.weights == "bfloat16":
         return jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
     if config.weights == "int8":
-        return quantized.quantize(params)
+        return int8.quantize(params)
     return params
 
 

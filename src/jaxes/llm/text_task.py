@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxes import quantized, trees
+from jaxes import trees
 from jaxes.checks import check_int
+from jaxes.factored import int8
 from jaxes.llm.pretrained import Pretrained
 from jaxes.llm.tokenizer import Tokenizer
 from jaxes.tasks.sequence import sequence_task
@@ -127,7 +128,7 @@ def _quantized(task: Task) -> Task:
     inner = task.evaluate_factored
 
     def evaluate_factored(key, centre, deltas, task_state):
-        return inner(key, quantized.quantize(centre), deltas, task_state)
+        return inner(key, int8.quantize(centre), deltas, task_state)
 
     return dataclasses.replace(task, evaluate_factored=evaluate_factored)
 
@@ -180,7 +181,7 @@ def text_task(
         they stay the checkpoint's (``frozen``), and the search covers every projection
         (q, k, v, o, gate, up, down), their biases and the norms.
       quantize: members read an int8 copy of the centre's matrices (per-channel scales,
-        ``jaxes.quantized``), made once a generation, with their low-rank terms exact.
+        ``jaxes.factored.int8``), made once a generation, with their low-rank terms exact.
 
     The search starts from ``TextTask.searched``: the params ``task.init_params`` returns;
     ``TextTask.frozen`` holds the rest (``merge`` puts a centre back into the whole tree).

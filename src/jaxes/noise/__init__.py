@@ -11,8 +11,8 @@ The package, one job a module:
     on the CPU, where JAX runs a rolled loop), bit for bit the same numbers;
   * ``sources``: where ``ε_j`` comes from (``NoiseSource``; ``auto``, ``noise_table``,
     ``gaussian``, ``gaussian_together``; the table's size and layout; ``NOISE_SOURCES``);
-  * ``factors``: rank-``r`` perturbations kept as factors (``lowrank(rank)``, the source;
-    ``LowRank``, one leaf's factors);
+  * ``lowrank(rank)``, rank-``r`` perturbations kept as factors, and ``LowRank``, one leaf's
+    factors, are ``jaxes.factored``'s (``jaxes.factored.noise``, ``jaxes.factored.lowrank``);
   * ``budget``: how many members or bases a ``memory_budget`` holds at once;
   * ``perturbations``: ``Perturbations``, the recipe from ``(noise_state, key, i)`` to member
     ``i``, and ``perturb``;
@@ -28,13 +28,14 @@ Example:
   ((4, 3), True)
 """
 
+from jaxes.factored.lowrank import LowRank
+from jaxes.factored.noise import lowrank
 from jaxes.noise.budget import (
     DEFAULT_MEMORY_BUDGET,
     check_memory_budget,
     largest_divisor_at_most,
     member_bytes,
 )
-from jaxes.noise.factors import LowRank, lowrank
 from jaxes.noise.keys import base_key, noise_key
 from jaxes.noise.perturbations import Perturbations, perturb
 from jaxes.noise.sources import (

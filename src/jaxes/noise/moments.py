@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxes.low_rank import LowRank, is_factored, zeros_like_factors
+from jaxes.factored.lowrank import LowRank, is_factored, zeros_like_factors
+from jaxes.factored.noise import side_by_side
 from jaxes.noise.budget import FUSED_MAX_BATCH
-from jaxes.noise.factors import side_by_side
 from jaxes.noise.keys import noise_key
 from jaxes.trees import broadcast_like, is_rounded, master_dtype
 from jaxes.types import Params

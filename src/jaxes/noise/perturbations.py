@@ -26,9 +26,9 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxes.factored.lowrank import is_factored
 from jaxes.noise import budget
 from jaxes.noise import moments as moments_lib
-from jaxes.noise.factors import is_factored
 from jaxes.noise.keys import noise_key
 from jaxes.noise.sources import NoiseSource, Table
 from jaxes.trees import broadcast_like, is_rounded, master_dtype, num_params
@@ -300,8 +300,9 @@ class Perturbations:
         (rounded) sum such a row, and the matrices' factors are contracted as they are.
 
         ``keep_factors`` (first moments of a source with factors): a factored leaf's sums are
-        not multiplied out but returned as ``jaxes.low_rank.LowRank`` factors, every base side
-        by side (a zero row as factors of rank 0); dense leaves are summed as without it.
+        not multiplied out but returned as ``jaxes.factored.lowrank.LowRank`` factors, every
+        base side by side (a zero row as factors of rank 0); dense leaves are summed as without
+        it.
 
         Example:
           >>> import jax, jax.numpy as jnp

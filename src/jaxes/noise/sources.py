@@ -55,7 +55,7 @@ class NoiseSource(NamedTuple):
         terms derived for Gaussian samples (σ and covariance updates) hold for it.
       factors: ``factors(noise_state, key, j, params)``, for a source that keeps ``ε`` in a
         cheaper form: a pytree like ``params`` whose leaves are arrays or factored
-        stand-ins (``jaxes.noise.factors.LowRank``) that ``sample`` multiplies out; ``None``.
+        stand-ins (``jaxes.factored.lowrank.LowRank``) that ``sample`` multiplies out; ``None``.
       combine: with ``factors``, ``combine(coeffs, stacked) -> [Σ_b coeffs[k, b] ε_b]``
         for one leaf's factors stacked over bases (``coeffs`` is ``(K, batch)``), so that
         ``tell`` sums the population without multiplying it out.

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxes import low_rank, trees
+from jaxes import trees
+from jaxes.factored import lowrank as low_rank
 from jaxes.optim import takes_factors
 from jaxes.strategies.base import BestMember, StrategyInfo
 from jaxes.strategies.state import own_fields, scalar_dtype

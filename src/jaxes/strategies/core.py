@@ -18,8 +18,9 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from jaxes import low_rank, trees
 from jaxes import noise as noise_lib
+from jaxes import trees
+from jaxes.factored import lowrank as low_rank
 from jaxes.strategies import _state, _tell
 from jaxes.strategies import state as state_lib
 from jaxes.strategies.base import EstimateStats
@@ -53,8 +54,8 @@ class Rule(NamedTuple):
         with the state it was given and the new one (CMA-ES and xNES: the fitness history and
         the termination criteria), or ``None``.
       write: ``write(state, estimate, applied) -> (params, state, step_norm)``, in place of
-        ``update`` when the direction has ``jaxes.low_rank.LowRank`` leaves: θ and the own
-        fields written once each, unchanged where not ``applied``, or ``None``.
+        ``update`` when the direction has ``jaxes.factored.lowrank.LowRank`` leaves: θ and the
+        own fields written once each, unchanged where not ``applied``, or ``None``.
     """
 
     init: Callable[[Any], tuple[dict, Any]]

@@ -21,7 +21,7 @@ from jaxes import noise as noise_lib
 from jaxes import shaping as shaping_lib
 from jaxes import trees
 from jaxes.checks import check_int, check_positive, is_traced
-from jaxes.noise import NOISE_SOURCES, NoiseSource, factors
+from jaxes.noise import NOISE_SOURCES, NoiseSource, lowrank
 from jaxes.strategies.state import scalar_dtype
 
 Schedule = Callable[[jax.Array], jax.Array]
@@ -221,7 +221,7 @@ def noise_source(noise: str | NoiseSource, bases: int) -> NoiseSource:
     name sizes a table to them; a source given is used as it was built).
 
     Example:
-      >>> noise_source("lowrank", 4).name, noise_source(factors.lowrank(3), 4).name
+      >>> noise_source("lowrank", 4).name, noise_source(lowrank(3), 4).name
       ('lowrank(r=1)', 'lowrank(r=3)')
     """
     if isinstance(noise, NoiseSource):
@@ -233,7 +233,7 @@ def noise_source(noise: str | NoiseSource, bases: int) -> NoiseSource:
     if noise == "gaussian":
         return noise_lib.gaussian()
     if noise == "lowrank":
-        return factors.lowrank(1)
+        return lowrank(1)
     raise ValueError(
         f"noise: expected a jaxes.noise source (e.g. jaxes.noise.lowrank(rank=4)) or one of "
         f"{list(NOISE_SOURCES)}, got {noise!r}"
@@ -326,7 +326,7 @@ def _replacement(name: str, value, kwargs: dict) -> str:
             f"{name}: given with noise={kwargs['noise']!r}; pass one noise source as noise="
         )
     if name == "noise_rank":
-        kwargs["noise"] = factors.lowrank(check_int("noise_rank", value, 1))
+        kwargs["noise"] = lowrank(check_int("noise_rank", value, 1))
         return f"pass noise=jaxes.noise.lowrank({value})"
     kwargs["noise"] = noise_lib.noise_table(check_int("noise_table_size", value, 1))
     return f"pass noise=jaxes.noise.noise_table({value})"

@@ -2,9 +2,9 @@
 
 ``Dense`` is ``nn.Dense`` (so ``jaxes.factored.apply`` adds a member's low-rank term to it)
 whose weights, with ``stream=True``, are read only once its input exists
-(``jaxes.ordering.after``): a decode loop then converts one layer's weights at a time instead
-of XLA hoisting every layer's converts ahead of the loop. ``Embed`` is ``nn.Embed`` that rounds
-the rows it looks up to ``dtype``, not the whole table.
+(``jaxes.factored.ordering.after``): a decode loop then converts one layer's weights at a
+time instead of XLA hoisting every layer's converts ahead of the loop. ``Embed`` is
+``nn.Embed`` that rounds the rows it looks up to ``dtype``, not the whole table.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 
-from jaxes import ordering
+from jaxes.factored import ordering
 
 
 class Dense(nn.Dense):

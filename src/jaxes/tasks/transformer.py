@@ -21,7 +21,7 @@ layer reads it (flax's mixed precision). Attention scores, the softmax and Layer
 statistics stay in float32. A weight that a decode loop never changes is still converted by
 XLA once, ahead of the loop, for the whole model at a time (its bfloat16 rounding, and on
 the CPU, which multiplies in float32, a float32 copy too): ``stream_weights=True`` ties each
-projection's weights to its input (``jaxes.ordering.after``), so one layer's converted
+projection's weights to its input (``jaxes.factored.ordering.after``), so one layer's converted
 weights exist at a time, at the cost of converting them at every call.
 
 Example:

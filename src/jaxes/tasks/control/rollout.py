@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxes import collectives, factored
-from jaxes.noise.factors import is_factored
+from jaxes.factored.lowrank import is_factored
 from jaxes.tasks.control import episodes, running_stats
 from jaxes.tasks.control.policies import VBN_STATS, Policy
 from jaxes.tasks.control.spaces import Actions, Observations, encode, held_action

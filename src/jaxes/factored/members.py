@@ -43,9 +43,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxes import evaluation, layer_terms, quantized, trees
-from jaxes.noise.factors import is_factored
-from jaxes.quantized import is_int8
+from jaxes import evaluation, trees
+from jaxes.factored import int8 as quantized
+from jaxes.factored import terms as layer_terms
+from jaxes.factored.int8 import is_int8
+from jaxes.factored.lowrank import is_factored
 from jaxes.types import Params, Strategy
 
 
@@ -54,7 +56,7 @@ def matmul(x: jax.Array, w: jax.Array, delta, precision=None) -> jax.Array:
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> from jaxes.noise.factors import LowRank
+      >>> from jaxes.factored.lowrank import LowRank
       >>> a, b = jax.random.normal(jax.random.key(0), (2, 4, 1))
       >>> x, w = jnp.ones((2, 4)), jnp.eye(4)
       >>> bool(jnp.allclose(matmul(x, w, LowRank(a, b)), x @ (w + a @ b.T), atol=1e-5))
@@ -203,7 +205,7 @@ def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
 
     ``params`` is the centre θ: the model's ``"params"`` collection, or the variables flax's
     ``module.init`` returns (``{"params": ..., ...}``; other collections pass through).
-    Leaves may be ``Int8`` (``jaxes.quantized.quantize``). ``delta`` is a displacement like
+    Leaves may be ``Int8`` (``jaxes.factored.int8.quantize``). ``delta`` is a displacement like
     the params (``strategy.perturbation(state, i)``), or ``None`` for the centre itself.
 
     * Every ``nn.Dense``, ``nn.DenseGeneral`` (contracting the inputs' trailing axes) and
@@ -219,7 +221,7 @@ def apply(module: nn.Module, params, delta, *args, method=None, **kwargs):
 
     Example:
       >>> import flax.linen as nn, jax, jax.numpy as jnp
-      >>> from jaxes.noise.factors import LowRank
+      >>> from jaxes.factored.lowrank import LowRank
       >>> model = nn.Dense(3)
       >>> variables = model.init(jax.random.key(0), jnp.ones(4))
       >>> a, b = jax.random.normal(jax.random.key(1), (2, 4, 1))
@@ -277,7 +279,7 @@ def evaluate(
     """Fitness ``(P,)`` of the population the last ``ask`` drew, from
     ``fitness_fn(centre, delta)`` (a scalar): ``centre`` is θ in the params' dtypes
     (``jaxes.centre``; with ``quantize``, every matrix as ``Int8`` with per-channel scales,
-    ``jaxes.quantized.quantize``), ``delta`` member ``i``'s displacement from it
+    ``jaxes.factored.int8.quantize``), ``delta`` member ``i``'s displacement from it
     (``strategy.perturbation``, factored where the noise is). Pass both to ``apply``.
 
     Members are ``vmap``-ed ``chunk_size`` at a time (must divide ``P``; ``None``: all at
