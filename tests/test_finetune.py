@@ -248,3 +248,21 @@ def test_help_and_a_bad_model_through_the_real_command(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "never downloads" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stream_weights_is_a_setting_and_a_run_written_before_it_reads_as_off(run, tmp_path):
+    """--stream-weights builds the model that reads each layer's weights where it uses them
+    (the memory plan's setting); a run whose config.json predates the flag still resumes and
+    exports, as unstreamed."""
+    settings, _ = finetune.read_run(str(run["out"]), "run_dir")
+    assert settings["stream_weights"] is False
+    pretrained, _, _ = finetune.build({**settings, "stream_weights": True})
+    assert pretrained.model.stream_weights is True
+    old = tmp_path / "old"
+    shutil.copytree(run["out"], old)
+    config = json.loads((old / "config.json").read_text())
+    del config["stream_weights"]
+    (old / "config.json").write_text(json.dumps(config))
+    assert finetune.read_run(str(old), "run_dir")[0] == settings
+    code, _, err = run_main("export", old, "--out", tmp_path / "model")
+    assert code == 0, err

@@ -56,11 +56,16 @@ DEFAULTS = {
     "top_p": 1.0,
     "dtype": None,
     "int8": False,
+    "stream_weights": False,
     "embeddings": False,
     "chat": False,
     "seed": 0,
     "devices": 0,
 }
+
+# Settings added after the first release of `jaxes finetune`: a run written before them reads
+# as their default, so it still resumes and exports.
+ADDED = ("stream_weights",)
 
 
 def _task_path(task) -> str | None:
@@ -131,10 +136,10 @@ def read_run(run: str, argument: str) -> tuple[dict, str]:
         raise ConfigError(
             f"{argument}: {run} is not a `jaxes finetune` run (its config.json names no model)"
         )
-    missing = sorted(set(DEFAULTS) - set(saved))
+    missing = sorted(set(DEFAULTS) - set(saved) - set(ADDED))
     if missing:
         raise ConfigError(f"{path}: missing settings {missing}")
-    return {k: saved[k] for k in DEFAULTS}, path
+    return {k: saved.get(k, DEFAULTS[k]) for k in DEFAULTS}, path
 
 
 def _read(path: str) -> list[dict]:
@@ -228,7 +233,8 @@ def build(s: dict, model: str | None = None):
         noise=lowrank(rank=s["rank"]),
     )
     train, held, prompt, reward = problems(s)  # bad settings fail before the model loads
-    pretrained = load(s["model"] if model is None else model, dtype=s["dtype"])
+    directory = s["model"] if model is None else model
+    pretrained = load(directory, dtype=s["dtype"], stream_weights=s["stream_weights"])
     lm = text_task(
         pretrained, train, prompt, reward,
         answer_tokens=s["answer_tokens"], eval_problems=held, chat=s["chat"],

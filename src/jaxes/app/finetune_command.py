@@ -45,6 +45,8 @@ FINETUNE_FLAGS = [
     ("--top-p", "top_p", float, "members sample from this much of the probability (nucleus)"),
     ("--dtype", "dtype", str, "the params' dtype (default: the checkpoint's)"),
     ("--int8", "int8", "flag", "members read an int8 copy of the centre's matrices"),
+    ("--stream-weights", "stream_weights", "flag", "read each layer's weights where they are "
+     "used, converting one layer at a time (the memory plan's setting; docs/llm.md)"),
     ("--embeddings", "embeddings", "flag", "search the token embeddings and an untied output "
      "head too (default: they stay the checkpoint's)"),
     ("--chat", "chat", "flag", "wrap each prompt as a user message in the chat template"),
