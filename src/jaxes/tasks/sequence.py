@@ -217,6 +217,43 @@ def _rewards(reward_fn: RewardFn, prompts: jax.Array, tokens: jax.Array) -> jax.
     return rewards.astype(jnp.float32)
 
 
+class _Settings(NamedTuple):
+    prompts: jax.Array
+    eval_prompts: jax.Array
+    steps: int
+    temperature: float
+    top_p: float
+    pool: Any  # the prompts, or (prompts, starts) for left-padded ones
+    eval_starts: Any
+    batch_size: int | None
+    per_member: int  # sequences each member generates per evaluation
+
+
+def _checked(model, prompts, steps, temperature, top_p, batch_size, eval_prompts, starts, *,
+             eval_starts=None) -> _Settings:  # fmt: skip
+    """``sequence_task``'s settings, checked (each error names its argument)."""
+    prompts = _check_prompts("prompts", prompts)
+    eval_prompts = prompts if eval_prompts is None else _check_prompts("eval_prompts", eval_prompts)
+    steps = check_int("steps", steps, 1)
+    temperature = check_positive("temperature", temperature, allow_zero=True)
+    top_p = _check_top_p(top_p)
+    pool = prompts if starts is None else (prompts, _check_starts("starts", starts, prompts))
+    if eval_starts is not None:
+        eval_starts = _check_starts("eval_starts", eval_starts, eval_prompts)
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, 1, prompts.shape[0])
+    longest = max(prompts.shape[1], eval_prompts.shape[1]) + steps - 1
+    max_len = getattr(model, "max_len", None)
+    if max_len is not None and longest > max_len:
+        raise ValueError(
+            f"steps: prompts of length {longest - steps + 1} and {steps} steps need "
+            f"max_len >= {longest}, the model has {max_len}"
+        )
+    n = prompts.shape[0] if batch_size is None else batch_size
+    return _Settings(prompts, eval_prompts, steps, temperature, top_p, pool, eval_starts,
+                     batch_size, n)  # fmt: skip
+
+
 def sequence_task(
     model: nn.Module,
     init_params: Callable[[jax.Array], Any],
@@ -260,28 +297,13 @@ def sequence_task(
       frozen: params the search leaves alone (nested dicts, e.g. a pretrained model's
         embeddings), merged into every member's: the searched params are the rest.
     """
-    # Longer than 60 lines because the Task's methods are closures over the model, the
-    # prompts and the checked settings; split apart, each would take them all as arguments.
-    prompts = _check_prompts("prompts", prompts)
-    eval_prompts = prompts if eval_prompts is None else _check_prompts("eval_prompts", eval_prompts)
-    steps = check_int("steps", steps, 1)
-    temperature = check_positive("temperature", temperature, allow_zero=True)
-    top_p = _check_top_p(top_p)
-    pool = prompts if starts is None else (prompts, _check_starts("starts", starts, prompts))
-    if eval_starts is not None:
-        eval_starts = _check_starts("eval_starts", eval_starts, eval_prompts)
-    if batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, 1, prompts.shape[0])
-    if chunk_size is not None:
-        chunk_size = check_int("chunk_size", chunk_size, 1)
-    longest = max(prompts.shape[1], eval_prompts.shape[1]) + steps - 1
-    max_len = getattr(model, "max_len", None)
-    if max_len is not None and longest > max_len:
-        raise ValueError(
-            f"steps: prompts of length {longest - steps + 1} and {steps} steps need "
-            f"max_len >= {longest}, the model has {max_len}"
-        )
-    n = prompts.shape[0] if batch_size is None else batch_size
+    # Longer than 60 lines because the Task's four methods are closures over the model, the
+    # prompts and the checked settings (``_checked``); apart, each would take them all.
+    prompts, eval_prompts, steps, temperature, top_p, pool, eval_starts, batch_size, n = (
+        _checked(model, prompts, steps, temperature, top_p, batch_size, eval_prompts, starts,
+                 eval_starts=eval_starts)
+    )  # fmt: skip
+    chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size, 1)
 
     def new_cache(rows: int, dtype, start):
         if start is None:
@@ -302,39 +324,37 @@ def sequence_task(
     def init(key):
         del key
 
-    def evaluate(key, members, task_state):
-        del task_state
+    def scored(key, members, apply_of, dtype_of):
+        """Each member's fitness on this generation's batch (the same for all of them):
+        ``apply_of(member)`` runs its model, ``dtype_of(member)`` is its cache's dtype."""
         batch_key, sample_key = jax.random.split(key)
         batch = prompt_batch(batch_key, pool, batch_size)
-
-        def one(params):
-            params = trees.merged(params, frozen)
-
-            def apply_fn(tokens, cache, position):
-                return model.apply({"params": params}, tokens, cache, position)
-
-            return fitness(apply_fn, _cache_dtype(model, params), batch, sample_key)
-
-        out = jax.vmap(one)(members)
+        out = jax.vmap(lambda m: fitness(apply_of(m), dtype_of(m), batch, sample_key))(members)
         return out, None, info(out.shape[0])
+
+    def evaluate(key, members, task_state):
+        del task_state
+
+        def apply_of(params):
+            params = trees.merged(params, frozen)
+            return lambda tokens, cache, at: model.apply({"params": params}, tokens, cache, at)
+
+        def dtype_of(params):
+            return _cache_dtype(model, trees.merged(params, frozen))
+
+        return scored(key, members, apply_of, dtype_of)
 
     def evaluate_factored(key, centre, deltas, task_state):
         del task_state
-        batch_key, sample_key = jax.random.split(key)
-        batch = prompt_batch(batch_key, pool, batch_size)
         dtype = _cache_dtype(model, centre)
         centre = trees.merged(centre, frozen)
+        unfrozen = jax.tree.map(lambda x: None, frozen)
 
-        def one(delta):
-            delta = trees.merged(delta, jax.tree.map(lambda x: None, frozen))
+        def apply_of(delta):
+            delta = trees.merged(delta, unfrozen)
+            return lambda tokens, cache, at: factored.apply(model, centre, delta, tokens, cache, at)
 
-            def apply_fn(tokens, cache, position):
-                return factored.apply(model, centre, delta, tokens, cache, position)
-
-            return fitness(apply_fn, dtype, batch, sample_key)
-
-        out = jax.vmap(one)(deltas)
-        return out, None, info(out.shape[0])
+        return scored(key, deltas, apply_of, lambda delta: dtype)
 
     def evaluate_policy(key, params, task_state):
         del key, task_state
