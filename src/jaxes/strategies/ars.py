@@ -18,7 +18,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -34,11 +33,11 @@ from jaxes.strategies.settings import (
     check_population_size,
     scheduled_sigma,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Params, Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class ARSState(StrategyState):
     """ARS's state: everything that changes between generations.
 

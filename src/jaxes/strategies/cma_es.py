@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -40,11 +39,11 @@ from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_population_size,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class CMAState(StrategyState):
     """CMA-ES's state: everything that changes between generations.
 

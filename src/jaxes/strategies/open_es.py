@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import optax
-from flax import struct
 
 from jaxes import centroid, shaping
 from jaxes.checks import check_positive
@@ -13,11 +12,11 @@ from jaxes.strategies import _tell, settings
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.core import Estimate, Rule, build
 from jaxes.strategies.samplers import Population, diagonal
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Params, Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class OpenESState(StrategyState):
     """OpenAI-ES's state; its own field is ``opt_state``, the optax state (float32, like θ)."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from jaxes import centroid, optim
 from jaxes import shaping as shaping_lib
@@ -35,11 +34,11 @@ from jaxes.strategies.settings import (
     is_zero,
     per_coordinate,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Params, Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class PGPEState(StrategyState):
     """PGPE's state: everything that changes between generations.
 

@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
@@ -42,11 +41,11 @@ from jaxes.strategies.settings import (
     check_population_size,
     per_coordinate,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Params, Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class SepCMAState(StrategyState):
     """Separable CMA-ES's state: everything that changes between generations.
 

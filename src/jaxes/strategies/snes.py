@@ -18,7 +18,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
@@ -36,11 +35,11 @@ from jaxes.strategies.settings import (
     is_zero,
     per_coordinate,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Params, Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class SNESState(StrategyState):
     """SNES's state: everything that changes between generations.
 

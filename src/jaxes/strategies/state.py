@@ -1,12 +1,11 @@
 """The state every strategy shares: ``StrategyState``, whose subclasses add only their own
 fields, the best member's recipe (``BestMember``) and the member dtypes (``Dtypes``).
 
-A strategy's state is a ``flax.struct`` dataclass, keyword-only, that subclasses
-``StrategyState``:
+A strategy's state is a ``flax.struct`` dataclass, keyword-only (``state_dataclass``), that
+subclasses ``StrategyState``:
 
   >>> import jax, jax.numpy as jnp, optax
-  >>> from flax import struct
-  >>> @struct.dataclass(kw_only=True)
+  >>> @state_dataclass
   ... class MyState(StrategyState):
   ...     strategy = "my_es"  # a class attribute, not a field: named in errors
   ...     opt_state: optax.OptState
@@ -78,6 +77,16 @@ class Dtypes:
         )
 
 
+def state_dataclass(cls):
+    """``cls`` as a ``flax.struct`` dataclass with keyword-only fields.
+
+    Keyword-only, so a subclass's fields need no defaults after the shared ones. The class and
+    the keyword go in one call: flax 0.10 (the declared floor) takes no keywords without the
+    class, so ``@struct.dataclass(kw_only=True)`` fails there.
+    """
+    return struct.dataclass(cls, kw_only=True)
+
+
 _FIELDS = """
     Fields every strategy state has:
       params: the mean θ (the master copy: float32, or float64 for float64 params).
@@ -93,7 +102,7 @@ _FIELDS = """
 """
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class StrategyState:
     __doc__ = "The fields every strategy's state shares; a strategy subclasses it.\n" + _FIELDS
 

@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
@@ -39,11 +38,11 @@ from jaxes.strategies.settings import (
     check_population_size,
     floor_sigma,
 )
-from jaxes.strategies.state import StrategyState
+from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Strategy
 
 
-@struct.dataclass(kw_only=True)
+@state_dataclass
 class XNESState(StrategyState):
     """xNES's state: everything that changes between generations.
 

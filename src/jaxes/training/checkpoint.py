@@ -77,6 +77,14 @@ def describe_mismatch(metadata_tree, like) -> str | None:
     return None
 
 
+def stored_beyond(metadata_tree, like) -> bool:
+    """Whether the saved tree holds leaves ``like`` has no place for (fields a state no longer
+    keeps: before issue 58 every strategy state stored its ``dtypes`` as arrays)."""
+    wanted = {tuple(map(str, _path_keys(p))) for p, _ in jax.tree_util.tree_leaves_with_path(like)}
+    stored = jax.tree_util.tree_leaves_with_path(metadata_tree)
+    return any(tuple(map(str, _path_keys(p))) not in wanted for p, _ in stored)
+
+
 def _quiet_orbax():
     """orbax, with absl's logs at ERROR and above, or quieter where the caller set them so
     (the CLI sets CRITICAL: a checkpoint's unreadable metadata file, which orbax reads past,
@@ -149,8 +157,12 @@ class Checkpointer:
         ocp = _quiet_orbax()
         self._ocp = ocp
         self.directory = os.path.abspath(directory)
+        # The handler named up front: a manager that has not saved yet otherwise reads no
+        # checkpoint's metadata (``item_metadata`` is ``None``), so a resume could not name
+        # what does not fit, nor tell whether a partial restore is needed.
         self._manager = ocp.CheckpointManager(
             self.directory,
+            item_handlers=ocp.PyTreeCheckpointHandler(),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=create, enable_async_checkpointing=False
             ),
@@ -236,12 +248,13 @@ class Checkpointer:
                     f"{mismatch} (was config.json edited?)"
                 )
         try:
-            # By name, and only what ``like`` has: a checkpoint may hold fields a state no
-            # longer keeps (before issue 58, every strategy state stored its ``dtypes`` as
-            # arrays), and ``describe_mismatch`` has already named any it lacks.
+            # Only what ``like`` has, by name, where the checkpoint holds more (fields a state no
+            # longer keeps); ``describe_mismatch`` has already named any it lacks. Partial
+            # restores only then: orbax 0.11 (the floor) matches their targets by ``keystr``
+            # (``'.params'``) against the stored names, so finds no dataclass field.
             args = self._ocp.args.PyTreeRestore(
                 item=abstract,
-                partial_restore=True,
+                partial_restore=tree is not None and stored_beyond(tree, abstract),
                 restore_args=self._ocp.checkpoint_utils.construct_restore_args(abstract),
             )
             raw = self._manager.restore(step, args=args)
