@@ -73,17 +73,29 @@ def _sitting(game: str, seeds: list[dict]) -> dict:
 
 
 def test_the_table_reads_each_checkpoint_and_the_previous_tables_wall_clock(tmp_path):
-    # Breakout's previous table: 3.25 at 25 minutes. A seed that stops short of 10M alive
-    # steps (`short`) leaves the median at 10M unreported.
-    curve = [[5e6, 4e6, 600.0, 2.0], [15e6, 11e6, 1400.0, 4.0], [30e6, 20e6, 2000.0, 30.0]]
-    short = [[5e6, 4e6, 600.0, 1.0], [9e6, 8e6, 1600.0, 3.0]]
-    game = _sitting("Breakout", [_seed(0, curve), _seed(1, curve), _seed(2, curve)])
+    # Breakout's previous table: 3.25 at 25 minutes; PPO's return 28. Three seeds with their
+    # own curves, none of them the median first, and the last never reaches PPO's return.
+    fast = [[5e6, 4e6, 600.0, 3.0], [12e6, 9e6, 1200.0, 6.0], [20e6, 14e6, 1800.0, 29.0]]
+    slow = [[5e6, 4e6, 600.0, 2.0], [14e6, 11e6, 1400.0, 4.0], [40e6, 30e6, 2400.0, 31.0]]
+    never = [[5e6, 4e6, 600.0, 1.0], [16e6, 12e6, 1600.0, 5.0], [30e6, 22e6, 2000.0, 9.0]]
+    game = _sitting("Breakout", [_seed(0, fast), _seed(1, slow), _seed(2, never)])
+    # At 10M alive steps the seeds read 6, 2 and 1; by 1500 s, 6, 4 and 1.
     assert game["eval_at_alive_steps"] == {"10000000": 2.0, "100000000": None}
-    assert game["eval_at_previous_minutes"] == 4.0  # the last eval by 1500 s
+    assert game["eval_at_previous_minutes"] == 4.0
     assert game["above_previous_at_equal_wall"] is True
-    assert game["median_alive_steps_to_ppo"] == 20e6
-    shorter = _sitting("Asterix", [_seed(0, short), _seed(1, curve), _seed(2, curve)])
+    # 14M, 30M and +inf alive steps to PPO's return: the median is the slow seed's, not the
+    # median of the two that got there (22M).
+    assert game["median_alive_steps_to_ppo"] == 30e6
+    assert game["target_steps_within_10x_ppo"] is True
+    assert game["final_eval_return"] == {"median": 29.0, "min": 9.0, "max": 31.0}
+    # A seed that stops short of 10M alive steps (`short`) leaves the median at 10M
+    # unreported, and two seeds of three that never reach PPO's return leave the median
+    # steps to it +inf: not reached, and not the one seed that did.
+    short = [[5e6, 4e6, 600.0, 1.0], [9e6, 8e6, 1600.0, 3.0]]
+    shorter = _sitting("Asterix", [_seed(0, fast), _seed(1, never), _seed(2, short)])
     assert shorter["eval_at_alive_steps"]["10000000"] is None
+    assert shorter["median_alive_steps_to_ppo"] is None
+    assert shorter["target_steps_within_10x_ppo"] is None  # stopped short of 100M: cannot tell
     assert minatar.eval_at(short, 1500.0, 2) == 1.0
     assert minatar.eval_at(short, 10e6, 1) is None
 
@@ -107,7 +119,8 @@ def test_the_table_reads_each_checkpoint_and_the_previous_tables_wall_clock(tmp_
     minatar.run_merge(minatar.parse_args(args), [])
     merged = json.loads(out.read_text())
     assert [g["game"] for g in merged["games"]] == ["Asterix", "Breakout"]
-    assert merged["games"][1]["final_eval_return"] == again["final_eval_return"] != 30.0
+    assert merged["games"][1]["final_eval_return"] == again["final_eval_return"]
+    assert again["final_eval_return"] != game["final_eval_return"]
     assert [(r["game"], r["by"]) for r in merged["replaced"]] == [("Breakout", str(later))]
 
 
