@@ -3,6 +3,7 @@ rule as the methods run it, budgets turned into updates, the choice made on trai
 and the report's schema and intervals. Nothing is fine-tuned here."""
 
 import doctest
+import math
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the script imports `_common` as a sibling
@@ -100,6 +102,28 @@ def test_rankings_tell_apart_only_what_the_seeds_separate():
     assert not got["against"]["ES Qiu"]["told_apart"]  # a mean 0.05 lower, an sd of 0.14
     d = got["against"]["ES best"]
     assert d["difference"] == pytest.approx(0.20) and d["interval"][0] < 0.20 < d["interval"][1]
+
+
+def test_welch_reads_the_t_table_at_the_welch_satterthwaite_degrees_of_freedom():
+    # Unequal spreads and unequal seeds: 3 wide against 7 narrow. scipy's Welch test gives
+    # 2.03 degrees of freedom (the pooled count would be 8, with t = 2.306 for 4.303).
+    wide, narrow = [0.20, 0.40, 0.30], [0.10, 0.11, 0.09, 0.10, 0.12, 0.08, 0.10]
+    d = cs.welch(wide, narrow)
+    ref = scipy.stats.ttest_ind(wide, narrow, equal_var=False)
+    se = d["difference"] / ref.statistic
+    assert ref.df == pytest.approx(2.029, abs=1e-3)
+    # welch takes the t quantile at the floor of the degrees of freedom: a little wider than
+    # scipy's interval, which holds it.
+    half = scipy.stats.t.ppf(0.975, math.floor(ref.df)) * se
+    assert d["difference"] == pytest.approx(0.2)
+    assert d["interval"] == pytest.approx([0.2 - half, 0.2 + half], rel=1e-3)
+    low, high = ref.confidence_interval(0.95)
+    assert d["interval"][0] < low < 0 < high < d["interval"][1]
+    # So a gap of 0.2 is not told apart (the pooled count would: 0.066 to 0.334).
+    methods = {"GRPO tuned | small | wall": {"accuracy": wide},
+               "ES best | small | wall": {"accuracy": narrow}}  # fmt: skip
+    got = cs.rankings(methods)["small | wall"]
+    assert got["best"] == "GRPO tuned" and not got["against"]["ES best"]["told_apart"]
 
 
 def test_the_fixed_answer_floor_is_what_the_reward_gives_that_answer_everywhere():
