@@ -1,9 +1,11 @@
 """Experiment trackers (``loggers=``, ``jaxes train --log``): each tracker's files read back with
-its own reader, resumed runs logged once per generation, grouped seeds, a missing extra in one
-line, a failing tracker that never stops the run, and the progress line in a notebook."""
+its own reader (every series at its steps, the settings, the learning curve), resumed runs
+logged once per generation, grouped seeds, a missing extra in one line, a failing tracker that
+never stops the run, and the progress line in a notebook."""
 
 import errno
 import glob
+import hashlib
 import io
 import json
 import os
@@ -17,7 +19,7 @@ from nbclient import NotebookClient
 import jaxes
 from jaxes.extras import MissingExtra
 from jaxes.tasks.functions import function_task
-from jaxes.training import loggers, run, run_seeds, trackers
+from jaxes.training import loggers, run, run_seeds, rundir, trackers
 
 ALL = "csv,tensorboard,wandb,mlflow"
 ES, TASK = jaxes.open_es(8, sigma=0.1), function_task("sphere", 3)
@@ -43,6 +45,24 @@ def open_text(path) -> str:
 
 def evals(run_dir) -> dict[int, float]:
     return {x["generation"]: x["eval_return"] for x in metrics(run_dir) if "eval_return" in x}
+
+
+def evals_by_env_steps(run_dir) -> list[tuple[int, float]]:
+    """``(total_env_steps, eval_return)`` of each evaluated generation, from metrics.jsonl."""
+    return [
+        (x["total_env_steps"], x["eval_return"]) for x in metrics(run_dir) if "eval_return" in x
+    ]
+
+
+def settings(run_dir) -> dict:
+    """The run's ``config.json``: what every tracker is given as hyper-parameters."""
+    return json.loads(open_text(os.path.join(run_dir, "config.json")))
+
+
+def curve(run_dir) -> bytes:
+    """The learning curve the run drew (the PNG every tracker is given)."""
+    with open(os.path.join(run_dir, rundir.LEARNING_CURVE), "rb") as f:
+        return f.read()
 
 
 class Stop(Exception):
@@ -82,19 +102,66 @@ def csv_rows(run_dir) -> list[dict]:
 
 
 def tensorboard_scalars(run_dir, tag) -> list[tuple[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    return [(e.step, e.value) for e in tensorboard_run(run_dir).Scalars(tag)]
 
-    acc = EventAccumulator(os.path.join(run_dir, trackers.TENSORBOARD_DIR))
+
+def tensorboard_run(run_dir):
+    """The run's TensorBoard events, every one kept (images and tensors included)."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    keep_all = {ea.IMAGES: 0, ea.TENSORS: 0, ea.SCALARS: 0}
+    acc = ea.EventAccumulator(os.path.join(run_dir, trackers.TENSORBOARD_DIR), keep_all)
     acc.Reload()
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
+    return acc
+
+
+def tensorboard_hparams(acc) -> dict:
+    """The hyper-parameters of the hparams plugin's session, as Python values."""
+    from tensorboard.plugins.hparams import metadata
+
+    info = metadata.parse_session_start_info_plugin_data(
+        acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG]
+    )
+    return {k: getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
+
+
+def png_pixels(data: bytes):
+    from matplotlib.image import imread
+
+    return imread(io.BytesIO(data), format="png")
 
 
 def wandb_history(wandb_dir) -> dict[str, list[dict]]:
     """The history rows of every offline run in ``wandb_dir``, by run id, read from the
     ``.wandb`` transaction logs (LevelDB log records of ``wandb_internal_pb2.Record``)."""
+    rows: dict[str, list[dict]] = {}
+    for run_id, record in wandb_records(wandb_dir):
+        if record.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                     for i in record.history.item}  # fmt: skip
+            rows.setdefault(run_id, []).append(items)
+        if record.WhichOneof("record_type") == "run":
+            rows.setdefault(run_id, []).append({"_group": record.run.run_group,
+                                                "_name": record.run.display_name})  # fmt: skip
+    return rows
+
+
+def wandb_config(wandb_dir) -> dict[str, dict]:
+    """The config of every offline run in ``wandb_dir``, by run id: its ``config`` records'
+    updates in order (W&B's own bookkeeping, ``_wandb``, left out)."""
+    config: dict[str, dict] = {}
+    for run_id, record in wandb_records(wandb_dir):
+        if record.WhichOneof("record_type") == "config":
+            for item in record.config.update:
+                if item.key != "_wandb":
+                    config.setdefault(run_id, {})[item.key] = json.loads(item.value_json)
+    return config
+
+
+def wandb_records(wandb_dir):
+    """``(run id, wandb_internal_pb2.Record)`` of every offline run's ``.wandb`` log."""
     from wandb.proto import wandb_internal_pb2
 
-    rows: dict[str, list[dict]] = {}
     for path in sorted(glob.glob(os.path.join(wandb_dir, "offline-run-*", "run-*.wandb"))):
         run_id = os.path.basename(path)[4:-6]
         with open(path, "rb") as f:
@@ -102,14 +169,7 @@ def wandb_history(wandb_dir) -> dict[str, list[dict]]:
         for raw in _log_records(data):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(raw)
-            if record.WhichOneof("record_type") == "history":
-                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                         for i in record.history.item}  # fmt: skip
-                rows.setdefault(run_id, []).append(items)
-            if record.WhichOneof("record_type") == "run":
-                rows.setdefault(run_id, []).append({"_group": record.run.run_group,
-                                                    "_name": record.run.display_name})  # fmt: skip
-    return rows
+            yield run_id, record
 
 
 def _log_records(data: bytes, block: int = 32768):
@@ -159,8 +219,29 @@ def test_tensorboard_events_equal_metrics_jsonl(crashed_and_resumed):
     assert dict(returns) == pytest.approx(evals(out), rel=1e-6)
     steps = [s for s, _ in tensorboard_scalars(out, "fitness_mean")]
     assert steps == list(range(1, 11))
-    by_steps = [s for s, _ in tensorboard_scalars(out, trackers.BY_ENV_STEPS)]
-    assert by_steps == [x["total_env_steps"] for x in metrics(out) if "eval_return" in x]
+    by_steps = tensorboard_scalars(out, trackers.BY_ENV_STEPS)
+    expected = evals_by_env_steps(out)
+    assert [s for s, _ in by_steps] == [s for s, _ in expected]
+    assert [r for _, r in by_steps] == pytest.approx([r for _, r in expected], rel=1e-6)
+
+
+def test_tensorboard_holds_the_settings_and_the_learning_curve(crashed_and_resumed):
+    """The hparams plugin's session and the ``config`` text are config.json; the image is
+    learning_curve.png's pixels (RGB: the tracker drops the alpha channel)."""
+    out = crashed_and_resumed
+    acc = tensorboard_run(out)
+    config = settings(out)
+    # tensorboardX keeps numbers, strings and booleans; anything else (null) as its str().
+    assert tensorboard_hparams(acc) == {
+        k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in config.items()
+    }
+    texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("config/text_summary")]
+    assert texts and all(json.loads(t) == config for t in texts)  # once per opening
+    (image,) = acc.Images("learning_curve")  # drawn once, when the resumed run ended
+    logged, drawn = png_pixels(image.encoded_image_string), png_pixels(curve(out))[..., :3]
+    assert (image.height, image.width) == drawn.shape[:2] and logged.shape == drawn.shape
+    # 8-bit both; the tracker's float round trip may move a channel by one level.
+    assert abs(logged - drawn).max() <= 1.5 / 255
 
 
 def test_wandb_offline_run_is_one_run_continued(crashed_and_resumed):
@@ -175,6 +256,23 @@ def test_wandb_offline_run_is_one_run_continued(crashed_and_resumed):
     assert any("learning_curve/path" in r for r in rows)
 
 
+def test_wandb_offline_run_holds_the_settings_and_the_learning_curve(crashed_and_resumed):
+    """The run's config is config.json; its image file is learning_curve.png, byte for byte."""
+    out = crashed_and_resumed
+    wandb_dir = os.path.join(out, trackers.WANDB_DIR)
+    ((run_id, config),) = wandb_config(wandb_dir).items()
+    assert config == settings(out)
+    (rows,) = wandb_history(wandb_dir).values()
+    (logged,) = [r for r in rows if "learning_curve/path" in r]
+    assert logged["_step"] == 10 and logged["learning_curve/_type"] == "image-file"
+    assert logged["learning_curve/sha256"] == hashlib.sha256(curve(out)).hexdigest()
+    # In the files of the resumed run's folder (each opening of the run id has its own).
+    run_files = os.path.join(wandb_dir, f"offline-run-*-{run_id}", "files")
+    (image,) = glob.glob(os.path.join(run_files, logged["learning_curve/path"]))
+    with open(image, "rb") as f:
+        assert f.read() == curve(out)
+
+
 def test_mlflow_file_store_run_equals_metrics_jsonl(crashed_and_resumed):
     out = crashed_and_resumed
     (found,) = mlflow_runs(out)
@@ -184,6 +282,27 @@ def test_mlflow_file_store_run_equals_metrics_jsonl(crashed_and_resumed):
     assert dict(returns) == pytest.approx(evals(out), rel=1e-6)
     steps = [s for s, _ in mlflow_history(found.info.run_id, "fitness_mean", out)]
     assert steps == list(range(1, 11))
+    # The evaluation return by environment steps: at total_env_steps, not at the generation.
+    by_steps = mlflow_history(found.info.run_id, trackers.BY_ENV_STEPS, out)
+    expected = evals_by_env_steps(out)
+    assert [s for s, _ in by_steps] == [s for s, _ in expected]
+    assert [r for _, r in by_steps] == pytest.approx([r for _, r in expected], rel=1e-6)
+
+
+def test_mlflow_run_holds_the_settings_and_the_learning_curve(crashed_and_resumed):
+    """The run's params are config.json (MLflow keeps strings); its one artifact is
+    learning_curve.png, byte for byte."""
+    from mlflow.tracking import MlflowClient
+
+    out = crashed_and_resumed
+    (found,) = mlflow_runs(out)
+    assert found.data.params == {k: str(v) for k, v in settings(out).items()}
+    client = MlflowClient("file://" + os.path.join(out, trackers.MLFLOW_DIR))
+    (artifact,) = client.list_artifacts(found.info.run_id)
+    assert artifact.path == rundir.LEARNING_CURVE
+    local = client.download_artifacts(found.info.run_id, artifact.path, str(out) + "-artifact")
+    with open(local, "rb") as f:
+        assert f.read() == curve(out)
 
 
 def test_loggers_json_records_each_tracker_through_the_last_generation(crashed_and_resumed):
