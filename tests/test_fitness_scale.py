@@ -1,7 +1,11 @@
-"""Fitness at any scale: for every strategy, finite fitness from 1e-30 to 3e38 in magnitude,
-NaN, ±inf and ties never make the centre non-finite, and finite fitness whose values all
-differ moves it (issue 41: ARS squared its rewards and overflowed from about 1e19)."""
+"""Fitness at any scale: for every strategy with every fitness shaping it takes, finite fitness
+from 1e-30 to 3e38 in magnitude, NaN, ±inf and ties never make the centre non-finite, and
+finite fitness whose values all differ moves it (issue 41: ARS squared its
+rewards and overflowed from about 1e19; issue 59: the z-score squared them too, in open_es,
+pgpe and snes, and raw fitness met the optimizer unbounded: the centre stopped at 1e20 and
+went NaN at 1e38)."""
 
+import functools
 import math
 
 import jax
@@ -18,16 +22,28 @@ P = 8
 PARAMS = {"w": jnp.zeros(6)}
 STRATEGIES = strategies(P, 0.1)
 SPECIAL = (math.nan, math.inf, -math.inf)
+# The strategies that take ``fitness_shaping``, with every named shaping beside their default.
+SHAPED = ("open_es", "pgpe", "snes")
+SHAPINGS = tuple(jaxes.shaping.SHAPINGS)
+
+
+def cases():
+    """``{label: factory}``: every strategy as it comes, and each shaped one with each shaping."""
+    out = {name: make for name, make in STRATEGIES.items()}
+    for name in SHAPED:
+        for shaping in SHAPINGS:
+            out[f"{name}/{shaping}"] = functools.partial(STRATEGIES[name], fitness_shaping=shaping)
+    return out
 
 
 @pytest.fixture(scope="module")
 def drawn():
-    """Each strategy after one ask, with its jitted tell (compiled once for every example)."""
+    """Each case after one ask, with its jitted tell (compiled once for every example)."""
     out = {}
-    for name, make in sorted(STRATEGIES.items()):
+    for label, make in sorted(cases().items()):
         es = make()
         _, state = es.ask(jax.random.key(1), es.init(jax.random.key(0), PARAMS))
-        out[name] = (state, jax.jit(es.tell))
+        out[label] = (state, jax.jit(es.tell))
     return out
 
 
@@ -55,6 +71,8 @@ def test_any_scale_keeps_the_centre_finite_and_distinct_fitness_moves_it(
     if tie:
         values[: P // 2] = values[0]
     fitness = special + values.tolist()[len(special) :]
+    # Distinct, not merely uneven: equal fitness within each antithetic pair (+ε, -ε) cancels,
+    # and so do pairs whose members share one weight (log_rank's tied bottom half).
     finite_and_distinct = not special and len(set(fitness)) == P
     for name, (before, after) in tell_all(drawn, fitness).items():
         moved = centre(after)
@@ -73,3 +91,18 @@ def test_ars_steps_the_same_at_any_fitness_scale(drawn, magnitude):
     big = centre(tell(state, jnp.asarray(unit * np.float32(magnitude)))[0])
     assert np.any(base != 0.0)
     np.testing.assert_allclose(big, base, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("magnitude", [1e-30, 1e-7, 1e20, 1e38, 3e38])
+def test_every_shaping_moves_the_centre_at_the_edges_of_float32(drawn, magnitude):
+    """The scales the property test may not draw, each asserted: before issue 59, z-scored
+    open_es, pgpe and snes stayed put from 1e20 (and at 1e-30) and went NaN at 3e38; raw
+    open_es stayed put at 1e20 and open_es and pgpe went NaN at 1e38."""
+    unit = np.array([1.0, -0.5, 0.25, 0.75, -1.0, 0.5, 0.0, -0.25], np.float32)
+    fitness = np.float32(np.clip(unit * magnitude, -3e38, 3e38))
+    stuck = []
+    for name, (before, after) in tell_all(drawn, fitness).items():
+        moved = centre(after)
+        if not (np.all(np.isfinite(moved)) and np.any(moved != centre(before))):
+            stuck.append(name)
+    assert not stuck, f"at {magnitude:g} the centre is non-finite or unmoved in {stuck}"

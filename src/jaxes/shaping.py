@@ -82,6 +82,9 @@ def z_score(fitness: jnp.ndarray) -> jnp.ndarray:
       [-1.225, 0.0, 1.225]
     """
     f = _finite_or_worst(fitness)
+    # On values scaled into [-1, 1] first (the z-score does not change): squared as they come,
+    # fitness past about 1e19 overflows float32 and below about 1e-19 underflows.
+    f = _scaled_to(f, 0)
     std = jnp.std(f)
     return jnp.where(std > 0, (f - jnp.mean(f)) / jnp.where(std > 0, std, 1.0), 0.0)
 
@@ -194,7 +197,7 @@ def get_shaping(shaping: str | Shaping) -> Shaping:
       >>> import jax.numpy as jnp
       >>> get_shaping("z_score") is z_score
       True
-      >>> get_shaping(jnp.tanh) is jnp.tanh
+      >>> get_shaping(jnp.tanh).__wrapped__ is jnp.tanh  # its weights ``bounded``
       True
       >>> get_shaping("rank")  # doctest: +ELLIPSIS
       Traceback (most recent call last):
@@ -202,9 +205,57 @@ def get_shaping(shaping: str | Shaping) -> Shaping:
       ValueError: fitness_shaping: unknown value 'rank'; allowed: [...] or a callable
     """
     if callable(shaping):
-        return shaping
+        return shaping if shaping in SHAPINGS.values() and shaping is not raw else _bounded(shaping)
     if shaping not in SHAPINGS:
         raise ValueError(
             f"fitness_shaping: unknown value {shaping!r}; allowed: {sorted(SHAPINGS)} or a callable"
         )
-    return SHAPINGS[shaping]
+    return _bounded(raw) if shaping == "raw" else SHAPINGS[shaping]
+
+
+# The band the largest weight a strategy gets is brought into (``bounded``): wide enough that
+# raw fitness of any everyday scale reaches the strategy exactly, narrow enough that the
+# centroid sums, a step over the smallest σ and an optimizer's squares stay finite in float32.
+WEIGHT_BAND = (-20, 40)
+
+
+def _scaled_to(x: jnp.ndarray, low: int, high: int | None = None) -> jnp.ndarray:
+    """``x`` times the power of two that brings its largest magnitude into ``[2^(low-1),
+    2^high)`` (``high`` defaults to ``low``); zeros stay zeros. Exact: no digit changes."""
+    high = low if high is None else high
+    _, exponent = jnp.frexp(jnp.max(jnp.abs(x)))  # largest = m·2^exponent, m in [½, 1)
+    shift = jnp.clip(exponent, low, high) - exponent
+    # In two halves: a factor below 2^-126 (3e38 to 1 needs 2^-128) would be subnormal, which
+    # XLA's CPU backend flushes to zero.
+    half = shift // 2
+    return jnp.where(jnp.any(x != 0), jnp.ldexp(jnp.ldexp(x, half), shift - half), x)
+
+
+def bounded(weights: jnp.ndarray) -> jnp.ndarray:
+    """``weights`` times the power of two that brings their largest magnitude into
+    ``[2^-20, 2^40]`` (``WEIGHT_BAND``); unchanged inside it, and zeros stay zeros.
+
+    A power of two changes no digit, so the direction the weights give is exactly the same;
+    only the step's length is bounded (an optimizer like Adam, invariant to that scale, sees no
+    difference at all).
+
+    Example:
+      >>> import numpy as np
+      >>> big = np.array([3e38, -1e38], np.float32)
+      >>> bool(np.all(np.asarray(bounded(jnp.asarray(big))) == np.ldexp(big, -88)))
+      True
+      >>> bounded(jnp.array([1.5, -2.0])).tolist()
+      [1.5, -2.0]
+    """
+    low, high = WEIGHT_BAND
+    return _scaled_to(weights, low + 1, high)
+
+
+def _bounded(shape: Shaping) -> Shaping:
+    """``shape`` whose weights are ``bounded``: a strategy's view of an unbounded shaping."""
+
+    def weights(fitness: jnp.ndarray) -> jnp.ndarray:
+        return bounded(shape(fitness))
+
+    weights.__wrapped__ = shape
+    return weights

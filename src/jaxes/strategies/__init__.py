@@ -6,7 +6,8 @@ read it); ``base`` holds the types every strategy shares.
 Keywords the strategies share (each factory lists which it takes):
 
 - ``fitness_shaping``: ``"centered_rank"`` (the default), ``"z_score"``, ``"raw"``,
-  ``"log_rank"`` or a callable ``(P,) -> (P,)`` (``jaxes.shaping``).
+  ``"log_rank"`` or a callable ``(P,) -> (P,)`` (``jaxes.shaping``); ``"raw"``'s and a
+  callable's weights are ``jaxes.shaping.bounded`` (exact between 2⁻²⁰ and 2⁴⁰ in magnitude).
 - ``noise``: where the members' noise comes from: a ``jaxes.noise`` source
   (``jaxes.noise.lowrank(rank=4)``: rank-4 products ``A Bᵀ/√r`` for every leaf with two or
   more axes, clamped per leaf to ``min(m, n)``; ``jaxes.noise.noise_table(size)``: a table of
