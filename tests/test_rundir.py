@@ -2,10 +2,12 @@
 and shows: absolute paths in its summaries, the statistic of a ``--seeds`` progress line, the
 checkpoints it keeps."""
 
+import dataclasses
 import io
 import json
 import os
 
+import jax.numpy as jnp
 import pytest
 
 import jaxes
@@ -47,6 +49,27 @@ def test_one_run_progress_line_names_no_statistic(tmp_path):
                  plot=False)  # fmt: skip
     (line,) = [x for x in stream.getvalue().splitlines() if x.startswith("gen ")]
     assert "median" not in line and line.split()[2] == "mean"
+    assert "warning" not in stream.getvalue()
+
+
+def test_a_generation_with_no_finite_fitness_is_one_warning_line_per_block(tmp_path):
+    """``tell`` skips such a generation (``info.applied`` is False), silently until issue 59."""
+    stream = io.StringIO()
+    es, task = jaxes.open_es(8, sigma=0.1), function_task("sphere", 3)
+
+    def evaluate(key, members, task_state):
+        fitness, stats, info = task.evaluate(key, members, task_state)
+        return jnp.full_like(fitness, jnp.nan), stats, info
+
+    blank = dataclasses.replace(task, evaluate=evaluate)
+    training.run(es, blank, str(tmp_path / "r"), generations=4, eval_every=2, stream=stream,
+                 plot=False)  # fmt: skip
+    warned = [x for x in stream.getvalue().splitlines() if x.startswith("warning:")]
+    assert warned == [
+        f"warning: generation {g} had no finite fitness (every value NaN or ±inf), so its "
+        "update was skipped (1 more generation like it after it)"
+        for g in (1, 3)
+    ]
 
 
 def test_summaries_hold_absolute_paths(seeds_run):

@@ -39,6 +39,7 @@ def train_lanes(job: Job, lanes: list[Lane], state, vmapped: bool, feeds=()) -> 
             elapsed = wall_offset + block.end - started
             lanes, moved = record_block(job, lanes, writers, block, elapsed, vmapped)
             report.show_block(progress, job, moved, length, block.end - block.start)
+            report.warn_unranked(progress, moved, vmapped)
             for i, lane, lines in moved:
                 if lines:
                     report.call_progress_fn(job, lane, lines, vmapped)

@@ -65,6 +65,11 @@ class Progress:
         self.stream.write(("\r" + text) if self.tty else (text + "\n"))
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """``text`` on a line of its own (below the progress line, which goes on after it)."""
+        self.stream.write(("\n" + text + "\n") if self.tty else (text + "\n"))
+        self.stream.flush()
+
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")

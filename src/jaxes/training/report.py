@@ -32,6 +32,34 @@ def show_block(progress: Progress, job: Job, moved, length: int, block_s: float)
     progress.update(shown, progress_numbers(moved), steps / block_s, eta)
 
 
+def warn_unranked(progress: Progress, moved, seeds: bool) -> None:
+    """One line for each lane whose block had a generation with no finite fitness (all NaN or
+    ±inf): ``tell`` skipped its update (``info.applied`` is False), so the run did not move.
+
+    Example:
+      >>> import io, types
+      >>> out = io.StringIO()
+      >>> lane = types.SimpleNamespace(seed=3)
+      >>> lines = [{"generation": g, "num_finite": n} for g, n in ((7, 8), (8, 0), (9, 0))]
+      >>> warn_unranked(Progress(10, out), [(0, lane, lines)], seeds=False)
+      >>> for part in out.getvalue().strip().split(", "):
+      ...     print(part)
+      warning: generation 8 had no finite fitness (every value NaN or ±inf)
+      so its update was skipped (1 more generation like it after it)
+    """
+    for _, lane, lines in moved:
+        empty = [x["generation"] for x in lines if x.get("num_finite") == 0]
+        if not empty:
+            continue
+        more = len(empty) - 1
+        after = f" ({more} more generation{'s' * (more > 1)} like it after it)" if more else ""
+        who = f"seed {lane.seed}: " if seeds else ""
+        progress.note(
+            f"warning: {who}generation {empty[0]} had no finite fitness (every value NaN or "
+            f"±inf), so its update was skipped{after}"
+        )
+
+
 def _generations_left(job: Job, moved, shown: int, steps: int) -> int:
     """The generations left to run: to ``generations``, or fewer where the timesteps budget
     ends the run sooner (at this block's env steps per generation)."""
