@@ -217,6 +217,55 @@ def test_seeds_that_reach_the_target_stop_while_the_others_go_on(tmp_path):
     assert stops[0] == ("generations", 20), stops
 
 
+def test_evaluation_env_steps_are_counted_beside_trainings_and_resume(tmp_path):
+    """``eval_env_steps`` / ``eval_alive_steps``: every evaluation's simulated and lived env
+    steps so far (``total_env_steps`` counts training's alone). CartPole pays 1 a step, so an
+    evaluation's alive steps are its episodes times its mean return; a batch of episodes runs
+    whole chunks until its longest ends. A run resumed from lines without the columns (written
+    before they existed) goes on without them rather than count from zero."""
+    from jaxes.tasks.gymnax import gymnax_task
+
+    task = gymnax_task("CartPole-v1", "linear", eval_episodes=3, episode_length=200,
+                       chunk_length=20)  # fmt: skip
+    settings = dict(seeds=[0, 1], generations=6, eval_every=2, **quiet())
+    training.run_seeds(ES, task, str(tmp_path / "s"), **settings)
+    for seed in (0, 1):
+        lines = lines_of(tmp_path / "s" / f"seed-{seed}")
+        counted = [0, 0]
+        for line in lines:
+            if line.get("eval_return") is not None:
+                counted[1] += round(3 * line["eval_return"])
+                counted[0] = line["eval_env_steps"]
+            assert [line["eval_env_steps"], line["eval_alive_steps"]] == counted
+        steps = [x["eval_env_steps"] for x in lines if "eval_return" in x]
+        per_eval = np.diff([0, *steps])
+        assert all(s % (3 * 20) == 0 and 0 < s <= 3 * 200 for s in per_eval), per_eval
+        # total_env_steps is training's alone, as before.
+        assert [x["total_env_steps"] for x in lines] == list(
+            np.cumsum([x["env_steps"] for x in lines])
+        )
+
+    def numbers(run_dir):
+        return [{k: v for k, v in x.items() if k != "wall_time_s"} for x in lines_of(run_dir)]
+
+    # Cut at generation 4 and resumed: the counts go on from the kept lines.
+    training.run_seeds(ES, task, str(tmp_path / "r"), **(settings | {"generations": 4}))
+    training.run_seeds(ES, task, str(tmp_path / "r"), resume=True, **settings)
+    assert numbers(tmp_path / "r" / "seed-1") == numbers(tmp_path / "s" / "seed-1")
+    # A run whose lines predate the columns: resumed, its new lines have none.
+    old = tmp_path / "old"
+    training.run(ES, task, str(old), generations=4, eval_every=2, **quiet())
+    columns = ("eval_env_steps", "eval_alive_steps")
+    stripped = [{k: v for k, v in x.items() if k not in columns} for x in lines_of(old)]
+    (old / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in stripped))
+    training.run(ES, task, str(old), generations=6, eval_every=2, resume=True, **quiet())
+    assert [x["generation"] for x in lines_of(old)] == list(range(1, 7))
+    assert not any("eval_env_steps" in x for x in lines_of(old))
+    # A task that cannot tell what its evaluation cost (a function) writes no columns.
+    training.run(ES, SPHERE, str(tmp_path / "f"), generations=2, eval_every=2, **quiet())
+    assert not any("eval_env_steps" in x for x in lines_of(tmp_path / "f"))
+
+
 def test_brax_seeds_match_the_single_run_of_the_same_seed(tiny_run, tmp_path):
     """The CLI's tiny run (seed 0) against the same settings trained with seeds 0 and 1."""
     config = config_lib.read_config(os.path.join(tiny_run, "config.json"))

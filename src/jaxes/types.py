@@ -104,7 +104,9 @@ class Task:
         ``member_stats`` a pytree whose leaves have leading axis ``B`` (or ``None``); ``info``
         a pytree of counts, summed over batches and devices.
       evaluate_policy: ``evaluate_policy(key, params, task_state) -> returns``: the noise-free
-        score of one parameter set (the centre), over the task's evaluation episodes.
+        score of one parameter set (the centre), over the task's evaluation episodes. A
+        control task's also has ``evaluate_policy.with_info(...) -> (returns, RolloutInfo)``,
+        from which training counts the evaluations' env steps (``eval_env_steps``).
       init_params: ``init_params(key) -> params``, a starting point for the search.
       update: ``update(task_state, member_stats) -> task_state`` with every member's stats
         (leading axis ``P``); ``None``: the task state never changes.

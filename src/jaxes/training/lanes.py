@@ -80,6 +80,8 @@ class Lane:
     start: int = 0
     generation: int = 0
     total_env_steps: int = 0
+    eval_env_steps: int | None = 0  # None: not counted (``record.count_evaluation``)
+    eval_alive_steps: int | None = 0
     stopped: str | None = None
     target_env_steps: int | None = None
     last_eval: float | None = None

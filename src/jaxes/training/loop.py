@@ -93,10 +93,10 @@ class _Device:
         start = time.perf_counter()
         outputs = block(*args[:1], *args[2:])
         state = outputs[0]
-        returns = self.programs.evaluate(state, args[1])
-        metrics, returns = to_host(outputs[1]), to_host(returns)
+        returns, cost = self.programs.evaluate(state, args[1])
+        metrics, returns, cost = to_host(outputs[1]), to_host(returns), to_host(cost)
         ran = to_host(outputs[2]) if self.programs.stoppable else None
-        return state, Block(metrics, returns, ran, length, start, time.perf_counter())
+        return state, Block(metrics, returns, cost, ran, length, start, time.perf_counter())
 
     def _arguments(self, state, lanes: list[Lane], generation: int, length: int) -> list:
         """``(state, eval_key, *stops)``: stops are each lane's env-step budget left and

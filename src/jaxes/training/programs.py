@@ -145,9 +145,15 @@ def block_runner(
     return _jit(fn, mesh, lanes, donate=True)
 
 
-def eval_runner(strategy: Strategy, task: Task, mesh=None, *, lanes: int | None = None):
+def eval_runner(
+    strategy: Strategy, task: Task, mesh=None, *, lanes: int | None = None, cost: bool = False
+):
     """Jitted ``(train_state, eval_key) -> eval_returns``: the noise-free evaluation of the
     centre (``task.evaluate_policy``), ``vmap``-ed over ``lanes`` runs when given.
+
+    With ``cost=True`` it returns ``(eval_returns, cost)``: ``cost`` is ``{"env_steps",
+    "alive_steps"}`` of the evaluation's episodes where the task can tell
+    (``evaluate_policy.with_info``, as control tasks have), else ``{}``.
 
     Example:
       >>> import jax, jaxes
@@ -155,17 +161,29 @@ def eval_runner(strategy: Strategy, task: Task, mesh=None, *, lanes: int | None 
       >>> es, task = jaxes.open_es(population_size=4, sigma=0.1), function_task("sphere", 2)
       >>> eval_runner(es, task)(init_state(es, task, seed=0), jax.random.key(1)).tolist()
       [-2.0]
+      >>> eval_runner(es, task, cost=True)(init_state(es, task, seed=0), jax.random.key(1))[1]
+      {}
     """
     del strategy  # the centre is read from the state
 
     def evaluation(ts: TrainState, key):
-        return _evaluation(task, ts, key)
+        return _costed_evaluation(task, ts, key) if cost else _evaluation(task, ts, key)
 
     return _jit(evaluation, mesh, lanes, donate=False)
 
 
 def _evaluation(task: Task, ts: TrainState, key):
     return task.evaluate_policy(key, centre(ts.strategy_state), ts.task_state)
+
+
+def _costed_evaluation(task: Task, ts: TrainState, key):
+    """``(returns, cost)``: the evaluation and the env steps it simulated and lived, so that a
+    run can count every env step it took, not only training's."""
+    with_info = getattr(task.evaluate_policy, "with_info", None)
+    if with_info is None:
+        return _evaluation(task, ts, key), {}
+    returns, info = with_info(key, centre(ts.strategy_state), ts.task_state)
+    return returns, {"env_steps": info.env_steps, "alive_steps": info.alive_steps}
 
 
 def _jit(fn, mesh, lanes: int | None, donate: bool):
@@ -197,8 +215,9 @@ class Programs:
       >>> programs = Programs(es, task, mesh=None, lanes=None, stoppable=False)
       >>> args = (init_state(es, task, seed=0), jax.random.key(1))
       >>> ts, metrics = programs.compile(2, args)(args[0])
-      >>> int(ts.generation), programs.evaluate(ts, args[1]).shape
-      (2, (1,))
+      >>> returns, cost = programs.evaluate(ts, args[1])
+      >>> int(ts.generation), returns.shape, cost
+      (2, (1,), {})
     """
 
     strategy: Strategy
@@ -221,7 +240,9 @@ class Programs:
             # Traced in the thread too: the trace needs the GIL, which the block's compile
             # below releases, so the block's compile (the longer one) starts first.
             def compile_evaluation():
-                evaluation = eval_runner(self.strategy, self.task, self.mesh, lanes=self.lanes)
+                evaluation = eval_runner(
+                    self.strategy, self.task, self.mesh, lanes=self.lanes, cost=True
+                )
                 return compilation.compile(evaluation.lower(*args[:2]))
 
             pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxes-compile")
@@ -232,5 +253,6 @@ class Programs:
         return self.blocks[length]
 
     def evaluate(self, state, key):
-        """The compiled evaluation of ``state`` (after the first ``compile``)."""
+        """The compiled evaluation of ``state`` (after the first ``compile``): its returns
+        and its cost (``eval_runner(..., cost=True)``)."""
         return self.evaluation.result()(state, key)

@@ -21,12 +21,14 @@ from jaxes.training.lanes import Job, Lane
 
 class Block(NamedTuple):
     """What a block of generations gave, on the host: ``metrics[length]`` per name,
-    ``returns`` of the evaluation, ``ran`` (which generations ran; ``None``: all of them) and
-    the times it started and ended (``time.perf_counter``), with every lane stacked along a
-    leading axis when vmapped."""
+    ``returns`` of the evaluation and its ``eval_cost`` (``{"env_steps", "alive_steps"}``, or
+    ``{}`` for a task that cannot tell), ``ran`` (which generations ran; ``None``: all of them)
+    and the times it started and ended (``time.perf_counter``), with every lane stacked along
+    a leading axis when vmapped."""
 
     metrics: dict
     returns: np.ndarray
+    eval_cost: dict
     ran: np.ndarray | None
     length: int
     start: float
@@ -60,7 +62,8 @@ def record_block(
 
         count = block.length if block.ran is None else int(np.sum(pick(block.ran)))
         lines = metrics_lines(jax.tree.map(pick, block.metrics), lane.generation, count, elapsed)
-        lanes[i] = advance(lane, lines, pick(block.returns), job.stops)
+        cost = jax.tree.map(pick, block.eval_cost)
+        lanes[i] = advance(lane, lines, pick(block.returns), job.stops, cost)
         # One write per block: a kill mid-write cuts at most the last line.
         writers[i].write("".join(rundir.metrics_line(x) for x in lines))
         writers[i].flush()
@@ -86,9 +89,10 @@ def metrics_lines(metrics: dict, first_generation: int, count: int, elapsed: flo
     return lines
 
 
-def advance(lane: Lane, lines: list[dict], returns, stops: dict) -> Lane:
+def advance(lane: Lane, lines: list[dict], returns, stops: dict, eval_cost=None) -> Lane:
     """``lane`` after a block's ``lines`` (each given its ``total_env_steps``, the last its
-    evaluation from ``returns``), with the stop decision."""
+    evaluation from ``returns``, and every line the evaluations' env steps so far when
+    ``eval_cost`` says what the evaluation cost), with the stop decision."""
     total = lane.total_env_steps
     for line in lines:
         total += int(line.get("env_steps") or line.get("evaluations") or 0)
@@ -96,6 +100,7 @@ def advance(lane: Lane, lines: list[dict], returns, stops: dict) -> Lane:
     lane = dataclasses.replace(lane, generation=lane.generation + len(lines), total_env_steps=total)
     if not lines:
         return lane
+    lane = count_evaluation(lane, lines, eval_cost or {})
     with np.errstate(invalid="ignore"):  # an infinite return has no spread
         mean, spread = float(np.mean(returns)), float(np.std(returns))
     lane = dataclasses.replace(lane, last_eval=rundir.finite_or_null(mean))
@@ -106,16 +111,46 @@ def advance(lane: Lane, lines: list[dict], returns, stops: dict) -> Lane:
     return decide_stop(lane, stops, lane.total_env_steps, reached)
 
 
+EVAL_COLUMNS = {"eval_env_steps": "env_steps", "eval_alive_steps": "alive_steps"}
+
+
+def count_evaluation(lane: Lane, lines: list[dict], cost: dict) -> Lane:
+    """``lane`` with the block's evaluation (on its last line) added to its running counts,
+    written on every line as ``eval_env_steps`` and ``eval_alive_steps``: the env steps the
+    evaluations simulated and lived so far, which ``total_env_steps`` (training's) leaves out.
+    Written only where every evaluation of the run was counted: not for a task that cannot
+    tell (``cost`` empty), nor for a run resumed from lines written before the columns.
+
+    Example:
+      >>> lane = Lane("out", 0, {}, None, eval_env_steps=100, eval_alive_steps=80)
+      >>> lines = [{"generation": 1}, {"generation": 2}]
+      >>> lane = count_evaluation(lane, lines, {"env_steps": 50, "alive_steps": 30})
+      >>> lines[0]["eval_env_steps"], lines[1]["eval_env_steps"], lines[1]["eval_alive_steps"]
+      (100, 150, 110)
+    """
+    if not cost or lane.eval_env_steps is None or lane.eval_alive_steps is None:
+        return lane
+    for line in lines[:-1]:
+        line |= {"eval_env_steps": lane.eval_env_steps, "eval_alive_steps": lane.eval_alive_steps}
+    counts = {name: getattr(lane, name) + int(cost[key]) for name, key in EVAL_COLUMNS.items()}
+    lines[-1] |= counts
+    return dataclasses.replace(lane, **counts)
+
+
 def caught_up(lane: Lane, kept: list[dict], stops: dict) -> Lane:
     """Where a resumed run stood, from the metrics lines it ``kept``."""
     evals = [x for x in kept if x.get("eval_return") is not None]
     target = stops["target_return"]
     hit = [x for x in evals if target is not None and x["eval_return"] >= target]
+    # Lines written before the evaluation columns existed leave the evaluations' steps
+    # unknown (None): the run goes on without the columns rather than count from zero.
+    counts = {name: kept[-1].get(name) if kept else 0 for name in EVAL_COLUMNS}
     lane = dataclasses.replace(
         lane,
         kept=tuple(kept),
         total_env_steps=kept[-1].get("total_env_steps", 0) if kept else 0,
         last_eval=evals[-1]["eval_return"] if evals else None,
+        **counts,
     )
     return decide_stop(lane, stops, hit[0].get("total_env_steps") if hit else None, bool(hit))
 

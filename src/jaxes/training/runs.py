@@ -70,7 +70,8 @@ def run(
         call ``jaxes.parallel.use_cpu_cores()`` before JAX starts to get one device per core.
       timesteps: stop after the generation at which the env steps of training (the task's
         ``env_steps``; ``evaluations`` for a task without) reach this, even inside a block.
-        Evaluation episodes are not counted; ``metrics.jsonl`` has ``total_env_steps``.
+        Evaluation episodes are not counted; ``metrics.jsonl`` has ``total_env_steps``, and
+        for a control task ``eval_env_steps`` (the evaluations' env steps so far).
       target_return: stop at the first evaluation whose mean return is >= this.
       config: your own settings, recorded in ``config.json`` (JSON values); a resumed run
         must pass the same.

@@ -152,13 +152,23 @@ def control_task(
             obs_stats=running_stats.merge(task_state.obs_stats, running_stats.total(moments))
         )
 
-    def evaluate_policy(key, params, task_state):
+    def evaluation(key, params, task_state):
         stats, ref = task_state.obs_stats, reference(task_state)
         single = jax.tree.map(lambda x: x[None], params)
         single = jax.vmap(lambda p: prepared(setup, p, stats, ref))(single)
         keys = jax.random.split(key, eval_episodes)
-        returns, *_ = rollout(setup, policy_act(setup), single, keys, stats)
-        return returns[0]
+        returns, lengths, terminated, _, chunks = rollout(
+            setup, policy_act(setup), single, keys, stats
+        )
+        return returns[0], rollout_info(setup, lengths, terminated, chunks)
+
+    def evaluate_policy(key, params, task_state):
+        return evaluation(key, params, task_state)[0]
+
+    # What an evaluation cost (its RolloutInfo) rides on the function that incurs it, so the
+    # training loop can count evaluation env steps, and a wrapper that replaces
+    # evaluate_policy (dataclasses.replace) drops it instead of reporting another's steps.
+    evaluate_policy.with_info = evaluation
 
     def act(params, obs, task_state):
         stats = task_state.obs_stats
