@@ -7,26 +7,36 @@ This script measures the same for jaxes on Brax's versions of those tasks.
 
 What it measures, per env:
 
-1. jaxes: `jaxes train --env ENV --preset table3 --seeds 0-2 --timesteps N --target-return
-   S100` (the env's Table 3 setting, `jaxes.app.presets.NAMED["table3"]` laid over its training
-   preset: policy, population, sigma, learning rate, episode length, eval cadence, backend;
-   found by `benchmarks/table3_sweep.py`; the seeds vmapped in one program; S100 is TRPO's final
-   score, after which a seed has nothing left to measure). For each seed, the first
-   `total_env_steps` at which the noise-free evaluation of the centre (which jaxes runs
-   after every block) reaches each of the four scores; the table gives the median over
-   seeds, a seed that never reached a score counted as +inf, so the median is "not reached"
-   when more than half the seeds (of an even number: half) missed it.
-   `total_env_steps` counts every step jaxes' chunked batch simulated (chunks of 50 until
-   the last episode of the population ends; evaluation episodes not counted), which is more
-   than the paper counts; a second column gives the same medians in alive steps (steps
-   inside live episodes, the running sum of `alive_steps`), which is what the paper's
-   timesteps and Brax ES count.
+1. jaxes: `jaxes train --env ENV --preset table3 --seeds 15-20 --timesteps N --eval-every K`
+   (the env's Table 3 setting, `jaxes.app.presets.NAMED["table3"]` laid over its training
+   preset: policy, population, sigma, learning rate, episode length, backend; found by
+   `benchmarks/table3_sweep.py` on other seeds; the seeds vmapped in one program). K is not
+   the preset's cadence but `env_eval_every(env)`: the fewest generations per evaluation at
+   which the evaluations take at most `EVAL_SHARE` (10 %) of the env steps when episodes run
+   their full length (`eval_every_for`; the cadence changes when the centre is measured, not
+   the training). Every env step is counted: a run writes `total_env_steps` (training's:
+   every step its chunked batch simulated, chunks of 50 until the last episode of the
+   population ends, more than the paper counts) and `eval_env_steps` (the evaluations' so
+   far), and the table counts their sum at each evaluation; a second table counts alive
+   steps (steps inside live episodes, training's and the evaluations'), which is what the
+   paper's timesteps and Brax ES count. Records written before runs had `eval_env_steps`
+   (before issue 60) get the evaluations' steps from their config, exactly where episodes
+   never end early and between bounds where they may (`counted_curves`), labelled so.
+   For each seed and each of TRPO's four scores, two crossings of the noise-free evaluation
+   of the centre: the first (`first_crossing`: the first evaluation at or above the score)
+   and the sustained (`sustained_crossing`: from the earliest evaluation on which every mean
+   of three consecutive evaluations to the end of the run stays at or above the score, at
+   the last evaluation of its first window). The table gives the median over the seeds
+   judged, a seed that never reached a score counted as +inf, so the median is "not reached"
+   when more than half the seeds (of an even number: half) missed it; and whether it is
+   within the paper's ES timesteps.
    Each env's runs stop at N = 1.5 x the paper's ES timesteps for 100 %, or when all its
    seeds together have used `--wall-minutes` (default 15) of wall clock, start-up and
-   compilation included, whichever binds first (or when every seed reached every score);
-   the table says which, with the env steps and seconds used. The wall clock is enforced by
-   sending SIGINT to `jaxes train`, which keeps its checkpoints, so a sweep that is
-   interrupted, or given more minutes, continues with `--resume`.
+   compilation included, whichever binds first; not at TRPO's final score (a run that
+   stopped at its first crossing of it would leave nothing to judge a sustained crossing on).
+   The table says which bound applied, with the env steps and seconds used. The wall clock
+   is enforced by sending SIGINT to `jaxes train`, which keeps its checkpoints, so a sweep
+   that is interrupted, or given more minutes, continues with `--resume`.
 2. Brax ES side by side (hopper, halfcheetah and inverted_double_pendulum by default;
    `--brax-es-envs all` for all six): `brax.training.agents.es.train`, one seed, in its own
    process, with the same env-step budget N (`num_timesteps`) and the same wall clock cap,
@@ -54,15 +64,25 @@ sittings and on other machines, a GPU's included (each sitting records its machi
 directories, with checkpoints, go to `--runs` (default ~/.cache/jaxes/table3-runs), outside
 the repository, with a log per env.
 
+Every table names the seeds it judges, the commits and CPU its runs were measured at, and
+the commit, CPU and command that computed it from the records (`--report`, which runs
+nothing). Settings are chosen on seeds 0-11 (`table3_sweep.py` on 0-5, the seeds 6-11 table)
+and judged on held-out seeds 15-20.
+
 Run:
-  .venv/bin/python benchmarks/table3.py                       # all six envs, 3 seeds
+  .venv/bin/python benchmarks/table3.py --seeds 15-20 \
+      --results benchmarks/results/table3-seeds-15-20 --runs ~/.cache/jaxes/table3-runs-15-20
   .venv/bin/python benchmarks/table3.py --envs hopper,swimmer --wall-minutes 30
-  .venv/bin/python benchmarks/table3.py --write-docs          # also docs/benchmarks.md + plot
+  .venv/bin/python benchmarks/table3.py --report --seeds 6-11   # tables from the records
+  .venv/bin/python benchmarks/table3.py --report --seeds 6-11 --write-docs  # + docs, plot
   .venv/bin/python benchmarks/table3.py --results /tmp/t3 --runs /tmp/t3-runs \
       --brax-es-from DIR   # a re-sit: reuse the valid Brax ES runs recorded in DIR
   .venv/bin/python benchmarks/table3.py --quick --results /tmp/t3   # smoke run, < 1 minute
-`--quick`: inverted_pendulum, seeds 0-1, 50,000 env steps, no Brax ES, results in `--results`
-(a temporary folder if not given), never in benchmarks/results.
+`--seeds` defaults to 0-2 for a sitting; a results folder holds one set of seeds (a rerun with
+others is refused: give them their own `--results` and `--runs`). With `--report` it picks the
+recorded seeds to judge (default: all). `--quick`: inverted_pendulum, seeds 0-1, 50,000 env
+steps, no Brax ES, results in `--results` (a temporary folder if not given), never in
+benchmarks/results.
 """
 
 from __future__ import annotations
@@ -78,11 +98,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import _driver as driver
 from _children import quiet_import, spawn
-from _common import REPO, RESULTS, finish_machine_info, machine_info, utc_now, write_json
+from _common import (
+    REPO,
+    RESULTS,
+    cpu_model,
+    finish_machine_info,
+    machine_info,
+    utc_now,
+    write_json,
+)
 
 from jaxes.app import presets
 
@@ -118,6 +147,15 @@ PAPER = {
 }
 ENVS = tuple(PAPER)
 BUDGET_FACTOR = 1.5  # env-step cap: 1.5 x the paper's ES timesteps for 100 %
+WINDOW = 3  # evaluations in the running mean of the sustained crossing
+EVAL_SHARE = Fraction(1, 10)  # the most of a run's env steps its evaluations should take
+CHUNK = 50  # jaxes.tasks.brax.brax_task's chunk_length, which `jaxes train` leaves as it is
+# Brax's halfcheetah and swimmer never end an episode early (their `done` is always 0), so
+# every evaluation plays its episodes to the end: an older record's evaluation steps are exact.
+NO_EARLY_END = frozenset({"halfcheetah", "swimmer"})
+# Brax's inverted_pendulum pays 1.0 for every step alive: an evaluation's mean return is its
+# mean episode length.
+RETURN_IS_LENGTH = frozenset({"inverted_pendulum"})
 GENERATIONS = 100_000  # passed to `jaxes train` so that --timesteps is what stops it
 MIN_SITTING_S = 60.0  # less wall budget than this left: not worth a start-up and compile
 POLL_S = 2.0
@@ -242,6 +280,166 @@ def first_crossing(curve: list[tuple[int, float]], threshold: float) -> int | No
     return next((int(steps) for steps, value in curve if value >= threshold), None)
 
 
+def sustained_crossing(
+    curve: list[tuple[int, float]], threshold: float, window: int = WINDOW
+) -> int | None:
+    """The env steps at which the score is reached and kept. With m_j the mean of evaluations
+    j .. j + window - 1 (j = 0 .. n - window: every full window of consecutive evaluations),
+    the crossing is the earliest j* such that m_j >= `threshold` for every j >= j*, and its
+    env steps are those of evaluation j* + window - 1, the last of its window: when that mean
+    is first known, so never before the first crossing (a mean >= the score has a member >=
+    it). None when the curve has fewer than `window` evaluations or its last window's mean is
+    below: it did not hold to the end of what was measured. A run that stops at its first
+    evaluation >= TRPO's final score (`--target-return`) ends on that evaluation, which its
+    last windows include; for the final score itself that leaves the measure undefined.
+
+    A single spike that the first crossing counts is not sustained:
+      >>> spike = [(1, 0.0), (2, 10.0), (3, 0.0), (4, 0.0), (5, 6.0), (6, 6.0), (7, 6.0)]
+      >>> first_crossing(spike, 5.0), sustained_crossing(spike, 5.0)
+      (2, 7)
+    """
+    values = [value for _, value in curve]
+    start = None
+    for j in range(len(values) - window + 1):
+        if statistics.fmean(values[j : j + window]) < threshold:
+            start = None
+        elif start is None:
+            start = j
+    return None if start is None else int(curve[start + window - 1][0])
+
+
+def eval_every_for(
+    population: int, eval_episodes: int = 8, episodes_per_member: int = 1, share=EVAL_SHARE
+) -> int:
+    """The fewest generations per evaluation at which evaluating costs at most `share` of a
+    run's env steps when every episode plays the env's episode length L: a generation plays
+    P x m episodes and an evaluation E, so evaluation's share is E L / (k P m L + E L) =
+    E / (k P m + E), which is <= share from k = E (1 - share) / (share P m) on. L cancels
+    because training and evaluation play the same episode length; where training's episodes
+    end early and the centre's do not, evaluation costs more than this, which the table's
+    measured share shows. The cadence only says when the centre is measured: the training
+    itself is the same at any cadence (evaluation has its own keys and changes no state).
+
+      >>> [eval_every_for(p) for p in (4, 8, 32)]
+      [18, 9, 3]
+      >>> round(eval_share(9, 8), 3), round(eval_share(8, 8), 3)
+      (0.1, 0.111)
+    """
+    share = Fraction(share)
+    return max(
+        1, math.ceil(eval_episodes * (1 - share) / (share * population * episodes_per_member))
+    )
+
+
+def eval_share(
+    eval_every: int, population: int, eval_episodes: int = 8, episodes_per_member: int = 1
+) -> float:
+    """Evaluation's share of a run's env steps at `eval_every` with full-length episodes."""
+    return eval_episodes / (eval_every * population * episodes_per_member + eval_episodes)
+
+
+def env_eval_every(env: str) -> int:
+    """`eval_every_for` the env's `table3` setting (population, evaluation episodes)."""
+    setting = presets.preset(env, name=PRESET)
+    return eval_every_for(
+        setting["population_size"],
+        setting.get("eval_episodes", 8),
+        setting.get("episodes_per_member", 1),
+    )
+
+
+def chunked_steps(config: dict, longest: int) -> int:
+    """The env steps an evaluation of a run with `config` (its config.json) simulates when its
+    longest episode lasts `longest` decisions: its episodes run together in chunks of
+    decisions until that one ends, and a chunk runs whole (as `RolloutInfo.env_steps`
+    counts it), past the episode length when the chunk does not divide it.
+
+      >>> chunked_steps({"episode_length": 1000, "eval_episodes": 8}, 1000)
+      8000
+      >>> chunked_steps({"episode_length": 1000, "eval_episodes": 8}, 51)
+      800
+      >>> chunked_steps({"episode_length": 120, "eval_episodes": 2, "action_repeat": 2}, 60)
+      400
+    """
+    repeat = config.get("action_repeat") or 1
+    decisions = -(-config["episode_length"] // repeat)
+    chunk = min(config.get("chunk_length") or CHUNK, decisions)
+    longest = min(max(longest, 1), decisions)
+    return config.get("eval_episodes", 8) * chunk * -(-longest // chunk) * repeat
+
+
+def evaluation_bounds(env: str, config: dict, eval_return: float) -> tuple[tuple, tuple]:
+    """The least and the most env steps one evaluation of an older run (which did not record
+    them) can have simulated and lived: `((least, most), (least, most))`.
+
+    - An env whose episodes never end early (`NO_EARLY_END`): every episode runs its whole
+      length, so both are exact.
+    - An env that pays 1 a step alive (`RETURN_IS_LENGTH`): the mean return is the mean
+      episode length, so the steps lived are exact (episodes x return), and the longest
+      episode, which sets the chunks simulated, lies between the mean and the length that
+      leaves every other episode one step.
+    - Any other: at least one chunk (every episode lives a step), at most every chunk.
+
+      >>> config = {"episode_length": 1000, "eval_episodes": 8}
+      >>> evaluation_bounds("swimmer", config, -3.0)
+      ((8000, 8000), (8000, 8000))
+      >>> evaluation_bounds("inverted_pendulum", config, 60.0)
+      ((800, 4000), (480, 480))
+      >>> evaluation_bounds("hopper", config, 300.0)
+      ((400, 8000), (8, 8000))
+    """
+    episodes, length = config.get("eval_episodes", 8), config["episode_length"]
+    most = chunked_steps(config, length)
+    if env in NO_EARLY_END:
+        return (most, most), (episodes * length, episodes * length)
+    if env in RETURN_IS_LENGTH and (config.get("action_repeat") or 1) == 1:
+        lived = round(episodes * eval_return)
+        longest = (-(-lived // episodes), lived - (episodes - 1))
+        return tuple(chunked_steps(config, n) for n in longest), (lived, lived)
+    return (chunked_steps(config, 1), most), (episodes, episodes * length)
+
+
+def counted_curves(curve: list[list], config: dict, env: str) -> tuple[str, dict]:
+    """`(kind, curves)` of one seed's recorded evaluations (each `[total_env_steps,
+    eval_return, total_alive_steps]`, then `eval_env_steps, eval_alive_steps` where the run
+    wrote them): (steps, return) curves in training's count alone (`training`,
+    `training_alive`: the count before issue 60) and in the count of every env step, the
+    evaluations' included, from below and from above (`low`, `high`, `alive_low`,
+    `alive_high`). `kind`:
+
+    - "counted": the run wrote `eval_env_steps`, so low = high, exact.
+    - "exact": an older run whose evaluations' steps are known all the same
+      (`evaluation_bounds`: its episodes never end early), so low = high.
+    - "bounded": an older run whose evaluations' simulated steps are only bounded
+      (`evaluation_bounds`, summed over the evaluations so far).
+
+    Every evaluation of an older run is in its curve (none had a non-finite return: the
+    records' evaluation counts are their generations / eval_every, rounded up), so the i-th
+    point follows i + 1 evaluations.
+    """
+    if not curve:
+        return "counted", {count: [] for count in COUNTS}
+    curves = {
+        "training": [(int(p[0]), p[1]) for p in curve],
+        "training_alive": [(int(p[2]), p[1]) for p in curve],
+    }
+    if all(len(p) >= 5 for p in curve):
+        curves["low"] = curves["high"] = [(int(p[0] + p[3]), p[1]) for p in curve]
+        curves["alive_low"] = curves["alive_high"] = [(int(p[2] + p[4]), p[1]) for p in curve]
+        return "counted", curves
+    extra = {count: 0 for count in ("low", "high", "alive_low", "alive_high")}
+    for count in extra:
+        curves[count] = []
+    for point in curve:
+        (least, most), (lived_least, lived_most) = evaluation_bounds(env, config, point[1])
+        added = {"low": least, "high": most, "alive_low": lived_least, "alive_high": lived_most}
+        for count, steps in added.items():
+            extra[count] += steps
+            base = point[2] if count.startswith("alive") else point[0]
+            curves[count].append((int(base + extra[count]), point[1]))
+    return ("exact" if curves["low"] == curves["high"] else "bounded"), curves
+
+
 def median_steps(values: list[int | None]) -> int | None:
     """Median of per-seed env steps with a seed that never reached counted as +inf; None
     ("not reached") when that median is infinite, i.e. more than half the seeds missed (with
@@ -292,6 +490,101 @@ def within_paper(median: int | None, paper_steps: float, missed_steps: list[int]
     return False if all(steps >= paper_steps for steps in missed_steps) else None
 
 
+MEASURES = {"first": first_crossing, "sustained": sustained_crossing}
+COUNTS = ("low", "high", "alive_low", "alive_high", "training", "training_alive")
+
+
+def seed_measures(seed: dict, thresholds, config: dict, env: str) -> dict:
+    """One seed's crossings of each of `thresholds`, by each measure (`MEASURES`) in each
+    count (`COUNTS`, from `counted_curves`), the env steps it used in each count, and the
+    share of its env steps that its evaluations took (from below and from above)."""
+    kind, curves = counted_curves(seed["curve"], config, env)
+    crossings = {
+        name: {count: [measure(curves[count], t) for t in thresholds] for count in COUNTS}
+        for name, measure in MEASURES.items()
+    }
+    used = {}
+    for count in COUNTS:
+        alive = count.endswith("alive") or count.startswith("alive")
+        base = seed["alive_steps_used"] if alive else seed["env_steps_used"]
+        reference = curves["training_alive" if alive else "training"]
+        used[count] = base + (curves[count][-1][0] - reference[-1][0] if reference else 0)
+    shares = [
+        (used[count] - seed["env_steps_used"]) / used[count] if used[count] else 0.0
+        for count in ("low", "high")
+    ]
+    return {"seed": seed["seed"], "kind": kind, "crossings": crossings, "used": used,
+            "eval_share": shares}  # fmt: skip
+
+
+def verdict(low: bool | None, high: bool | None) -> bool | None:
+    """Whether a median is within the paper's timesteps, from a lower and an upper bound of
+    the env steps: yes when even the upper bound is (then the lower is too), no when even the
+    lower bound is not; None ("?") when they disagree or cannot tell."""
+    return low if low == high else None
+
+
+def judged_seeds(record: dict, seeds: list[int] | None) -> list[dict]:
+    """The record's seeds that `seeds` names (all of them when None); every seed named must
+    be in the record."""
+    recorded = {s["seed"]: s for s in record["seeds"]}
+    missing = sorted(set(seeds or ()) - set(recorded))
+    if missing:
+        raise ValueError(
+            f"{record['env']}: seeds {missing} are not in the record (it has {sorted(recorded)})"
+        )
+    return [recorded[n] for n in (seeds or sorted(recorded))]
+
+
+def measure_env(record: dict, seeds: list[int] | None = None) -> dict:
+    """The Table 3 measures of one env's record on `seeds` (all recorded seeds when None):
+    per measure (first, sustained) the medians over seeds in every count, how many seeds
+    reached each score, and whether the median is within the paper's ES timesteps, counting
+    every env step (`within`, from the low and high counts) and in alive steps
+    (`within_alive`); the kind of count (the weakest of its seeds': counted, exact, bounded);
+    the evaluations' share of the env steps (median over seeds, from below and above)."""
+    env, paper = record["env"], record["paper"]
+    config = record["settings"].get("jaxes_config") or {}
+    per_seed = [
+        seed_measures(s, paper["thresholds"], config, env) for s in judged_seeds(record, seeds)
+    ]
+    kinds = {m["kind"] for m in per_seed}
+    kind = next(k for k in ("bounded", "exact", "counted") if k in kinds | {"counted"})
+    out = {"env": env, "seeds": [m["seed"] for m in per_seed], "kind": kind}
+    for name in MEASURES:
+        medians, within = {}, {}
+        for count in COUNTS:
+            values = [[m["crossings"][name][count][i] for m in per_seed] for i in range(4)]
+            medians[count] = [median_steps(v) for v in values]
+            within[count] = [
+                within_paper(
+                    medians[count][i],
+                    paper["es_timesteps"][i],
+                    [
+                        m["used"][count]
+                        for m, v in zip(per_seed, values[i], strict=True)
+                        if v is None
+                    ],
+                )
+                for i in range(4)
+            ]
+        reached = [
+            sum(m["crossings"][name]["low"][i] is not None for m in per_seed) for i in range(4)
+        ]
+        out[name] = {
+            "median": medians,
+            "reached": reached,
+            "within": [verdict(a, b) for a, b in zip(within["low"], within["high"], strict=True)],
+            "within_alive": [
+                verdict(a, b)
+                for a, b in zip(within["alive_low"], within["alive_high"], strict=True)
+            ],
+            "within_training_only": within["training"],
+        }
+    out["eval_share"] = [statistics.median(m["eval_share"][i] for m in per_seed) for i in (0, 1)]
+    return out
+
+
 def value_at(curve: list[tuple[int, float]], steps: int) -> float | None:
     """The return of the last evaluation at or before `steps` env steps (None: none)."""
     before = [value for s, value in curve if s <= steps]
@@ -337,15 +630,25 @@ def has_run(run_dir: Path, seeds: list[int]) -> bool:
 
 
 def jaxes_command(env: str, seeds: str, timesteps: int, run_dir: Path, resume: bool) -> list:
-    """`jaxes train` with the env's Table 3 setting (`--preset table3`); each seed also stops
-    at TRPO's final score, as after that there is nothing left to measure."""
+    """`jaxes train` with the env's Table 3 setting (`--preset table3`) and the evaluation
+    cadence of `env_eval_every` (evaluation at most `EVAL_SHARE` of the env steps), not the
+    preset's. No `--target-return`: a run that stopped at its first evaluation at TRPO's final
+    score (as the records before issue 60 did) ends on what may be a spike, and leaves no
+    evaluations after it to tell a sustained crossing from a lucky one."""
+    cadence = str(env_eval_every(env))
     cmd = [sys.executable, "-m", "jaxes", "train", "--env", env, "--preset", PRESET]
     cmd += ["--seeds", seeds, "--timesteps", str(timesteps), "--generations", str(GENERATIONS)]
-    cmd += ["--target-return", repr(PAPER[env]["thresholds"][-1])]
     # A checkpoint after every evaluation: a sitting stopped by the wall clock loses at most
     # one block when it is resumed.
-    cmd += ["--checkpoint-every", str(presets.preset(env, name=PRESET)["eval_every"])]
+    cmd += ["--eval-every", cadence, "--checkpoint-every", cadence]
     return cmd + ["--out", str(run_dir)] + (["--resume"] if resume else [])
+
+
+def stops_at_final_score(record: dict) -> bool:
+    """Whether the record's runs stopped at their first evaluation at TRPO's final score
+    (`--target-return`, the records before issue 60): their sustained crossing of it is
+    undefined, and of the other scores cut short for seeds that stopped soon after."""
+    return any("--target-return" in s["command"] for s in record["sittings"])
 
 
 def seed_progress(run_dir: Path, seeds: list[int]) -> tuple[int, float | None]:
@@ -463,7 +766,27 @@ def check_same_settings(record: dict, seeds_arg: str, budget: int, path: Path) -
         )
 
 
+def recorded_curve(lines: list[dict]) -> list[list]:
+    """Each evaluation of a run's metrics lines (with `total_alive_steps`) as the record keeps
+    it: `[total_env_steps, eval_return, total_alive_steps]`, then `eval_env_steps,
+    eval_alive_steps` (the evaluations' steps so far) where every evaluation line has them."""
+    evals = [
+        x
+        for x in lines
+        if x.get("eval_return") is not None and x.get("total_env_steps") is not None
+    ]
+    counted = all(x.get("eval_env_steps") is not None for x in evals)
+    return [
+        [int(x["total_env_steps"]), round(float(x["eval_return"]), 3), x["total_alive_steps"]]
+        + ([int(x["eval_env_steps"]), int(x["eval_alive_steps"])] if counted else [])
+        for x in evals
+    ]
+
+
 def seed_summary(directory: Path, seed: int, thresholds, budget: int) -> dict:
+    """One seed's run: its use of the budget, its first crossings in training's count
+    (`threshold_env_steps`, `threshold_alive_steps`: the count before issue 60, which is what
+    stops it) and its curve, from which `measure_env` counts the evaluations too."""
     lines = add_alive_totals(read_metrics(directory / "metrics.jsonl"))
     curve, alive = eval_curve(lines), eval_curve(lines, "total_alive_steps")
     gen_steps = [int(x["env_steps"]) for x in lines if x.get("env_steps") is not None]
@@ -475,14 +798,14 @@ def seed_summary(directory: Path, seed: int, thresholds, budget: int) -> dict:
         "env_steps_used": used,
         "alive_steps_used": lines[-1]["total_alive_steps"] if lines else 0,
         "max_generation_env_steps": max(gen_steps, default=0),
-        "stopped": seed_stop(used, budget, crossings[-1]),
+        # The budget is the only stop (`jaxes_command`), whatever scores the seed reached.
+        "stopped": seed_stop(used, budget, None),
         "threshold_env_steps": crossings,
         "threshold_alive_steps": [first_crossing(alive, t) for t in thresholds],
         "final_eval_return": curve[-1][1] if curve else None,
         "best_eval_return": max((v for _, v in curve), default=None),
         "evaluations": len(curve),
-        # [total_env_steps, eval_return, total_alive_steps] per evaluation
-        "curve": [[s, round(v, 3), a] for (s, v), (a, _) in zip(curve, alive, strict=True)],
+        "curve": recorded_curve(lines),
     }
 
 
@@ -526,6 +849,7 @@ def summarise(record: dict, wall_budget_s: float, returncode, stopped_for_wall) 
         "wall_budget_s": wall_budget_s,
     }
     record["status"] = "unfinished" if bound is None else "done"
+    record["measures"] = measure_env(record)
 
 
 def jaxes_config(run_dir: Path, seeds: list[int]) -> dict | None:
@@ -825,31 +1149,135 @@ def within_paper_alive(record: dict) -> dict:
     return out
 
 
+def seeds_text(seeds: list[int]) -> str:
+    """Seeds as runs of consecutive numbers.
+
+    >>> seeds_text([6, 7, 8, 9, 10, 11]), seeds_text([0, 1, 2, 5]), seeds_text([3])
+    ('6–11', '0–2, 5', '3')
+    """
+    runs: list[list[int]] = []
+    for seed in sorted(seeds):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+COUNT_TEXT = {
+    "counted": "counted",
+    "exact": "exact (no early ends)",
+    "bounded": "bounded: the evaluations' least – most",
+}
+
+
+def steps_range(low, high, missing: str = "not reached") -> str:
+    """A median known exactly ("6.4e4") or between bounds ("6.8e4–1.1e5")."""
+    if high is None or low is None:
+        return missing
+    return sci(high) if low == high else f"{sci(low)}–{sci(high)}"
+
+
+def crossing_cells(m: dict, name: str, scores, alive: bool = False) -> list[str]:
+    """The medians of measure `name` at each of `scores` (indices), with the seeds reached."""
+    low, high = ("alive_low", "alive_high") if alive else ("low", "high")
+    n, medians = len(m["seeds"]), m[name]["median"]
+    return [
+        f"{steps_range(medians[low][i], medians[high][i])} ({m[name]['reached'][i]}/{n})"
+        for i in scores
+    ]
+
+
+def share_text(m: dict) -> str:
+    """The evaluations' share of the env steps (median over seeds)."""
+    low, high = m["eval_share"]
+    return f"{100 * high:.1f} %" if m["kind"] != "bounded" else f"≤ {100 * high:.1f} %"
+
+
+def cadence_text(env: str, config: dict | None) -> str:
+    """The run's eval_every and the rule's (`env_eval_every`), each with the evaluations'
+    share of the env steps it gives when every episode runs to its end."""
+    rule = env_eval_every(env)
+    pop, episodes = (config or {}).get("population_size"), (config or {}).get("eval_episodes", 8)
+    if not pop:
+        return f"- / {rule}"
+    ran = config["eval_every"]
+    return (
+        f"{ran} ({100 * eval_share(ran, pop, episodes):.0f} %) / "
+        f"{rule} ({100 * eval_share(rule, pop, episodes):.0f} %)"
+    )
+
+
+FIRST3 = range(3)  # the scores the headline judges: TRPO's 25, 50 and 75 %
+
+
 def table3_markdown(records: list[dict]) -> str:
-    head = [f"{p} %" for p in PERCENTS]
+    """The table: per env the median env steps, every step counted (training and evaluation),
+    to each score by the first and by the sustained crossing, and whether within the paper."""
     lines = [
-        "| env | seeds | " + " | ".join(f"jaxes {h}" for h in head) + " | jaxes alive steps "
-        "25/50/75/100 % | paper ES 25/50/75/100 % | bound (env steps, wall clock used) | "
-        "within paper ES 25 % / 50 % | the same in alive steps |",
-        "|---|---:|" + "---:|" * len(PERCENTS) + "---|---|---|---|---|",
+        "| env | seeds | env steps | first 25 % | first 50 % | first 75 % | first 100 % | "
+        "sustained 25 % | sustained 50 % | sustained 75 % | sustained 100 % | paper ES 25 / 50 "
+        "/ 75 / 100 % | within paper ES, first 25 / 50 / 75 % | within, sustained 25 / 50 / 75 % |",
+        "|---|---|---|" + "---:|" * 8 + "---|---|---|",
     ]
     for r in records:
-        n = len(r["seeds"])
-        cells = [
-            f"{fmt_steps(m)} ({k}/{n})"
-            for m, k in zip(
-                r["median"]["threshold_env_steps"], r["median"]["seeds_reached"], strict=True
-            )
-        ]
-        alive = " / ".join(fmt_steps(x, "-") for x in r["median"]["threshold_alive_steps"])
+        m = r["measures"]
         paper = " / ".join(sci(x) for x in r["paper"]["es_timesteps"])
-        within = " / ".join(yes_no(v) for v in r["within_paper"].values())
-        within_alive = " / ".join(yes_no(v) for v in within_paper_alive(r).values())
+        within = [" / ".join(yes_no(m[name]["within"][i]) for i in FIRST3) for name in MEASURES]
+        cells = crossing_cells(m, "first", range(4)) + crossing_cells(m, "sustained", range(4))
+        if stops_at_final_score(r):
+            cells[-1] = "n/a"
         lines.append(
-            f"| {r['env']} | {n} | " + " | ".join(cells) + f" | {alive} | {paper} | "
-            f"{bound_text(r)} | {within} | {within_alive} |"
+            f"| {r['env']} | {seeds_text(m['seeds'])} | {COUNT_TEXT[m['kind']]} | "
+            + " | ".join(cells)
+            + f" | {paper} | {within[0]} | {within[1]} |"
         )
     return "\n".join(lines)
+
+
+def details_markdown(records: list[dict]) -> str:
+    """Per env: the same medians in alive steps (the paper's count), the first crossings in
+    training's count alone (what this table said before evaluation steps were counted), the
+    evaluations' share of the env steps, the cadence, and the bound that ended the runs."""
+    lines = [
+        "| env | alive steps, first 25 / 50 / 75 / 100 % | alive, sustained 25 / 50 / 75 % | "
+        "within paper in alive steps, first / sustained 25 / 50 / 75 % | training alone, first "
+        "25 / 50 / 75 / 100 % | evaluations' share of env steps | eval every: run / rule "
+        "(share at full length) | bound (env steps, wall clock used) |",
+        "|---|---|---|---|---|---:|---|---|",
+    ]
+    for r in records:
+        m = r["measures"]
+        alive = [
+            " / ".join(crossing_cells(m, name, scores, alive=True))
+            for name, scores in (("first", range(4)), ("sustained", FIRST3))
+        ]
+        within = " ; ".join(
+            " / ".join(yes_no(m[name]["within_alive"][i]) for i in FIRST3) for name in MEASURES
+        )
+        training = " / ".join(fmt_steps(x, "-") for x in m["first"]["median"]["training"])
+        config = r["settings"].get("jaxes_config")
+        lines.append(
+            f"| {r['env']} | {alive[0]} | {alive[1]} | {within} | {training} | {share_text(m)} | "
+            f"{cadence_text(r['env'], config)} | {bound_text(r)} |"
+        )
+    return "\n".join(lines)
+
+
+def headline(records: list[dict]) -> str:
+    """How many envs' medians are within the paper's ES timesteps at TRPO's 25, 50 and 75 %
+    scores, every env step counted, by the first and by the sustained crossing (with how many
+    the bounds of older records leave undecided)."""
+    out = []
+    for name in MEASURES:
+        cells = []
+        for i in FIRST3:
+            verdicts = [r["measures"][name]["within"][i] for r in records]
+            undecided = sum(v is None for v in verdicts)
+            extra = f" ({undecided} undecided)" if undecided else ""
+            cells.append(f"{PERCENTS[i]} % {sum(v is True for v in verdicts)}{extra}")
+        out.append(f"{name} crossing: " + ", ".join(cells) + f" of {len(records)} envs")
+    return "Within the paper's ES timesteps, every env step counted: " + "; ".join(out) + "."
 
 
 def setting_text(config: dict | None) -> str:
@@ -927,14 +1355,41 @@ APPROXIMATE = (
 )
 
 
+MEANING = (
+    "Env steps jaxes needed to reach TRPO's score at 25/50/75/100 % of its learning "
+    "(Salimans et al. 2017, Table 3): the median over the seeds judged (a seed that never "
+    "reached a score counted as infinite; in brackets, the seeds that reached it). Every env "
+    "step is counted: those of training (`total_env_steps`, every step jaxes' chunked batch "
+    "simulated) and those of the evaluations of the centre so far (`eval_env_steps`). "
+    '"env steps" says how: counted (the runs wrote `eval_env_steps`), exact (older runs on '
+    "envs whose episodes never end early: every evaluation played 8 x 1000 steps), or bounded "
+    "(older runs on envs whose episodes may end early: the evaluations' steps between the "
+    "least and the most they can have been, `evaluation_bounds`: one chunk of 50 steps per "
+    "episode to 8 x 1000, and for inverted_pendulum, which pays 1 a step alive, from its "
+    "returns; within the paper is then yes or no only where both bounds agree, ? otherwise). "
+    "First crossing: the first evaluation at or above the score. "
+    f"Sustained crossing: from the earliest evaluation on which every mean of {WINDOW} "
+    "consecutive evaluations to the end of the run is at or above the score, counted at the "
+    f"last evaluation of its first window (`sustained_crossing`). The records before issue 60 "
+    "stopped each run at its first evaluation at the final score (`--target-return`): their "
+    "sustained 100 % is not given (n/a), and a seed that stopped fewer than three evaluations "
+    "after a first crossing counts as not having sustained it."
+)
+
+
 def report(records: list[dict]) -> str:
+    """The tables of `records` (each with its `measures`) as markdown."""
     parts = [
-        "Env steps jaxes needed to reach TRPO's score at 25/50/75/100 % of its learning "
-        "(Salimans et al. 2017, Table 3): median over seeds (seeds that reached it), in "
-        "`total_env_steps` (every step jaxes' chunked batch simulated); the alive-steps column "
-        "counts only steps inside live episodes, as the paper's timesteps do (- : not reached).",
+        MEANING,
         "",
         table3_markdown(records),
+        "",
+        headline(records),
+        "",
+        "Alive steps count only steps inside live episodes, as the paper's timesteps do, the "
+        "evaluations' included; training alone is the count this table used before issue 60:",
+        "",
+        details_markdown(records),
         "",
         settings_markdown(records),
     ]
@@ -943,9 +1398,11 @@ def report(records: list[dict]) -> str:
         settings = {r["brax_es"]["settings"] for r in records if r.get("brax_es")}
         parts += [
             "",
-            "Brax ES (one seed) against jaxes (median over seeds) at equal env steps: first "
-            "both counted as steps inside live episodes (Brax ES's count; jaxes' alive steps), "
-            "then with jaxes' total_env_steps (every step it simulated) against Brax's count:",
+            "Brax ES (one seed) against jaxes (median over seeds) at equal env steps of "
+            "training (Brax ES's count leaves its evaluations out, as jaxes' training count "
+            "does): first both counted as steps inside live episodes (Brax ES's count; jaxes' "
+            "alive steps), then with jaxes' total_env_steps (every step it simulated) against "
+            "Brax's count:",
             "",
             brax,
             "",
@@ -967,31 +1424,65 @@ def machine_line(records: list[dict]) -> str:
     )
 
 
-def docs_section(records: list[dict], args, plot_name: str) -> str:
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+def regenerate_command(args, records: list[dict]) -> str:
+    """The command that recomputes these tables from the run records alone (runs nothing)."""
+    seeds = sorted({n for r in records for n in r["measures"]["seeds"]})
+    envs = ",".join(r["env"] for r in records)
+    cmd = [".venv/bin/python", "benchmarks/table3.py", "--report", "--results", rel(args.results)]
+    cmd += ["--seeds", seeds_arg(seeds)] + ([] if envs == ",".join(ENVS) else ["--envs", envs])
+    return " ".join(cmd)
+
+
+def seeds_arg(seeds: list[int]) -> str:
+    """Seeds as `--seeds` takes them: [6, 7, 8, 9, 10, 11] -> "6-11"."""
+    return seeds_text(seeds).replace("–", "-").replace(" ", "")
+
+
+def report_revision() -> str:
+    """The commit the tables are computed at, with "+dirty" when what computes them (this
+    script and the presets its cadence reads) differs from it; other changes to src/ do not
+    touch the arithmetic over the records."""
+    files = [str(Path(__file__).resolve()), str(REPO / "src" / "jaxes" / "app" / "presets.py")]
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    status = subprocess.run(
+        [*git, "status", "--porcelain", "--", *files], capture_output=True, text=True
+    )
+    return (head.stdout.strip() or "unknown") + ("+dirty" if status.stdout.strip() else "")
+
+
+def provenance(records: list[dict], args) -> str:
+    """Which seeds the tables judge, where and at which commits the runs were measured, and the
+    commit, CPU and command that computed the tables from their records."""
+    seeds = sorted({n for r in records for n in r["measures"]["seeds"]})
     dates = sorted(s["started_utc"] for r in records for s in r["sittings"])
     measured = sorted({s["machine"]["git"] for r in records for s in r["sittings"]})
-    span = f"{dates[0]} to {utc_now()}" if dates else utc_now()
-    command = " ".join([".venv/bin/python", "benchmarks/table3.py", *args.argv[1:]])
+    span = f" (sittings started {dates[0]} to {dates[-1]})" if dates else ""
+    return (
+        f"Judged on seeds {seeds_text(seeds)}. Run records: `{rel(args.results)}/<env>.json`, "
+        f"measured at commit(s) {', '.join(measured) or '-'}{span} on {machine_line(records)}. "
+        f"Tables computed from those records at commit {report_revision()} on {cpu_model()} by "
+        f"`{regenerate_command(args, records)}` ({utc_now()})."
+    )
+
+
+def docs_section(records: list[dict], args, plot_name: str) -> str:
     return "\n".join(
         [
             MARK_START,
             "## Salimans et al. 2017, Table 3, on Brax: `benchmarks/table3.py`",
             "",
-            f"Command: `{command}`. Results: `{rel(args.results)}/<env>.json`, commit "
-            f"`{commit or 'unknown'}` (sittings measured at {', '.join(measured) or '-'}), "
-            f"{span}. Machine(s): {machine_line(records)}.",
+            provenance(records, args),
             "",
             report(records),
             "",
             f"![eval return vs env steps]({plot_name})",
             "",
-            "Plot: eval return of the centre vs env steps, each jaxes seed a thin line (in "
-            "`total_env_steps`), Brax ES dashed (in its own count, steps of live episodes, "
-            "which is fewer for the same run), TRPO's four scores as horizontal lines and the "
-            "paper's ES timesteps for them as markers.",
+            "Plot: eval return of the centre vs env steps, each jaxes seed a thin line (every "
+            "env step counted where the record can tell it, counted or exact; training's alone "
+            "where it only bounds it), Brax ES dashed (in its own count, steps of live "
+            "episodes of training, which is fewer for the same run), TRPO's four scores as "
+            "horizontal lines and the paper's ES timesteps for them as markers.",
             MARK_END,
         ]
     )
@@ -1020,9 +1511,12 @@ def plot(records: list[dict], png: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, r in zip(axes.flat, records, strict=False):
+        config = r["settings"].get("jaxes_config") or {}
         for s in r["seeds"]:
-            if s["curve"]:  # in total_env_steps, the table's count
-                ax.plot(*zip(*[p[:2] for p in s["curve"]], strict=True), lw=0.8, color=colors[0])
+            # Every env step where the record can tell it, training's alone where it bounds it.
+            curve = counted_curves(s["curve"], config, r["env"])[1]["low"]
+            if curve:
+                ax.plot(*zip(*curve, strict=True), lw=0.8, color=colors[0])
         b = r.get("brax_es")
         if b and b["curve"]:
             x, y = zip(*[p for p in b["curve"] if p[0] > 0] or b["curve"], strict=True)
@@ -1069,7 +1563,17 @@ def env_list(text: str) -> list[str]:
 def parse_args(argv: list[str]):
     parser = driver.parser(__doc__, "smoke run (see the docstring)", out=False)
     parser.add_argument("--envs", type=env_list, default=None, help="a,b or all (default all)")
-    parser.add_argument("--seeds", default=None, help="as jaxes train takes them (default 0-2)")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="as jaxes train takes them, e.g. 15-20 (default 0-2); with --report, the recorded "
+        "seeds to judge on (default all of them)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="recompute the tables from the records in --results and run nothing",
+    )
     parser.add_argument("--wall-minutes", type=float, default=15.0, help="per env, all seeds")
     parser.add_argument("--timesteps", type=int, default=None, help="override the env-step cap")
     parser.add_argument("--no-brax-es", action="store_true", help="skip Brax ES")
@@ -1100,8 +1604,8 @@ def parse_args(argv: list[str]):
     if args.child:
         return args
     if args.quick:
-        if args.write_docs:
-            parser.error("--quick results never go into the docs")
+        if args.write_docs or args.report:
+            parser.error("--quick results never go into the docs, nor into a --report")
         args.envs = args.envs or [QUICK["env"]]
         args.seeds = args.seeds or QUICK["seeds"]
         args.timesteps = args.timesteps or QUICK["timesteps"]
@@ -1110,9 +1614,10 @@ def parse_args(argv: list[str]):
         if args.results.resolve() == (RESULTS / "table3").resolve():
             parser.error("--quick must not write into benchmarks/results/table3")
     args.envs = args.envs or list(ENVS)
-    args.seeds = args.seeds or "0-2"
+    if not args.report:
+        args.seeds = args.seeds or "0-2"
     try:
-        parse_seeds(args.seeds)
+        args.judged = None if args.seeds is None else parse_seeds(args.seeds)
     except ValueError as err:
         parser.error(str(err))
     args.results = (args.results or RESULTS / "table3").absolute()
@@ -1120,8 +1625,33 @@ def parse_args(argv: list[str]):
     return args
 
 
-def run(args, argv: list[str]) -> None:
-    args.argv = argv
+def judged_record(record: dict, seeds: list[int] | None) -> dict:
+    """`record` on the seeds judged (all when None), with its measures and its comparison
+    with Brax ES computed from their curves (the record itself is left as it is)."""
+    out = record | {"seeds": judged_seeds(record, seeds)}
+    out["measures"] = measure_env(out)
+    if out.get("brax_es"):
+        out["brax_es"] = dict(out["brax_es"])
+        compare_brax(out)
+    return out
+
+
+def recorded(args) -> list[dict]:
+    """The records in `--results` of the envs asked for (those without one are named)."""
+    records = []
+    for env in args.envs:
+        path = args.results / f"{env}.json"
+        if path.is_file():
+            records.append(json.loads(path.read_text()))
+        else:
+            print(f"{env}: no record in {rel(args.results)}", flush=True)
+    if not records:
+        raise SystemExit(f"no records in {rel(args.results)} for {', '.join(args.envs)}")
+    return records
+
+
+def sit(args) -> list[dict]:
+    """Brings each env's runs to a bound (resuming earlier sittings); returns the records."""
     records = []
     for env in args.envs:
         path = args.results / f"{env}.json"
@@ -1132,8 +1662,19 @@ def run(args, argv: list[str]) -> None:
             compare_brax(record)
             write_json(path, record)
         records.append(record)
-    print("\n" + report(records))
-    print(f"\nresults in {rel(args.results)}; run directories in {args.runs}")
+    return records
+
+
+def run(args, argv: list[str]) -> None:
+    args.argv = argv
+    records = recorded(args) if args.report else sit(args)
+    try:
+        records = [judged_record(r, args.judged) for r in records]
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    print("\n" + provenance(records, args) + "\n\n" + report(records))
+    if not args.report:
+        print(f"\nresults in {rel(args.results)}; run directories in {args.runs}")
     if args.write_docs:
         png = args.docs.parent / "table3.png"
         plot(records, png)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -174,7 +175,8 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
 
 def test_quick_sweep(tmp_path):
     """The real thing, small: `jaxes train --seeds 0-1 --timesteps 50000` on
-    inverted_pendulum, read back into a result JSON and a table."""
+    inverted_pendulum at the cadence of the rule, read back into a result JSON and a table
+    that counts the evaluations' env steps the runs wrote."""
     runs = tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "table3.py"), "--quick"]
@@ -190,7 +192,7 @@ def test_quick_sweep(tmp_path):
     assert record["status"] == "done"
     assert record["settings"]["seeds"] == [0, 1]
     assert record["settings"]["timesteps_budget"] == budget
-    assert record["bound"]["applied"] in ("timesteps", "scores reached")
+    assert record["bound"]["applied"] == "timesteps"  # no stop at the final score
     assert record["wall_s_used"] > 0 and len(record["sittings"]) == 1
     assert record["sittings"][0]["returncode"] == 0
     assert "brax_es" not in record  # quick mode runs no Brax ES
@@ -201,26 +203,37 @@ def test_quick_sweep(tmp_path):
         crossings = seed["threshold_env_steps"]
         assert len(crossings) == 4
         assert all(x is None or (isinstance(x, int) and x > 0) for x in crossings)
-        curve = [(s, v) for s, v, _ in seed["curve"]]
-        assert curve, "no evaluation recorded"
+        assert seed["curve"], "no evaluation recorded"
         # Read again from metrics.jsonl here, not with the functions that computed them.
         metrics = runs / "inverted_pendulum" / f"seed-{seed['seed']}" / "metrics.jsonl"
+        config = json.loads((metrics.parent / "config.json").read_text())
+        assert config["eval_every"] == table3.env_eval_every("inverted_pendulum") == 9
         evals = [json.loads(line) for line in metrics.read_text().splitlines()]
         evals = [x for x in evals if x.get("eval_return") is not None]
+        assert [p[3:] for p in seed["curve"]] == [
+            [x["eval_env_steps"], x["eval_alive_steps"]] for x in evals
+        ]
+        assert 0 < evals[0]["eval_env_steps"] <= 8 * 1000  # one evaluation of 8 episodes
         for threshold, crossing in zip(thresholds, crossings, strict=True):
             hits = [x["total_env_steps"] for x in evals if x["eval_return"] >= threshold]
-            assert crossing == (hits[0] if hits else None)
+            assert crossing == (hits[0] if hits else None)  # training's count, as before
+        counted = [x["total_env_steps"] + x["eval_env_steps"] for x in evals
+                   if x["eval_return"] >= thresholds[0]]  # fmt: skip
+        measured = table3.seed_measures(seed, thresholds, config, "inverted_pendulum")
+        assert measured["kind"] == "counted"
+        assert measured["crossings"]["first"]["low"][0] == (counted[0] if counted else None)
         # The run stops after the generation that reaches the budget (or at the last score).
         assert seed["max_generation_env_steps"] > 0
         assert seed["env_steps_used"] <= budget + seed["max_generation_env_steps"]
         if seed["stopped"] == "timesteps":
             assert seed["env_steps_used"] >= budget
         assert 0 < seed["alive_steps_used"] <= seed["env_steps_used"]
-    # It learns: a seed reaches TRPO's 25 % score (measured: seed 0 at 17,200 env steps, seed 1
-    # not by 50,000; AMD EPYC).
+    # It learns: a seed reaches TRPO's 25 % score (measured at eval every 2: seed 0 at 17,200
+    # env steps, seed 1 not by 50,000; AMD EPYC).
     assert any(seed["threshold_env_steps"][0] is not None for seed in record["seeds"])
     for i, median in enumerate(record["median"]["threshold_env_steps"]):
         assert median == table3.median_steps([s["threshold_env_steps"][i] for s in record["seeds"]])
+    assert record["measures"]["kind"] == "counted" and record["measures"]["eval_share"][0] > 0
     # The report's plot draws from the same record.
     table3.plot([record], tmp_path / "table3.png")
     assert (tmp_path / "table3.png").stat().st_size > 10_000
@@ -392,3 +405,234 @@ def test_the_benchmark_scripts_examples_hold(module):
     them had gone stale when hopper's table3 row moved)."""
     results = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert results.attempted > 0 and results.failed == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 60: every env step counted, first and sustained crossings, the cadence, the seeds.
+# --------------------------------------------------------------------------------------------
+
+
+def steps(values, start=1000, step=1000):
+    """A hand-made curve: evaluation i at start + i * step env steps."""
+    return [(start + i * step, float(v)) for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(
+    ("values", "first", "sustained"),
+    [
+        # One noisy spike: the first crossing counts it, the sustained one waits for the mean
+        # of three to hold (evaluations 4, 5, 6: counted at the last, 7000).
+        ([0, 10, 0, 0, 6, 6, 6], 2000, 7000),
+        # Reached and kept from the start: sustained at the third evaluation.
+        ([5, 5, 5, 5], 1000, 3000),
+        # A mean that held and then fell back: the later run of windows is the one that counts.
+        ([6, 6, 6, 0, 0, 0, 6, 6, 6], 1000, 9000),
+        # Fell back at the end: not sustained.
+        ([6, 6, 6, 6, 0, 0], 1000, None),
+        # Fewer evaluations than a window: never judged sustained.
+        ([9, 9], 1000, None),
+        # A mean at the score with members below it: sustained at the last of its window,
+        # here the first crossing itself ...
+        ([0, 4, 12, 4, 5, 6], 3000, 3000),
+        # ... and a spike that lifts one window, then a window below: only the last run counts.
+        ([0, 12, 0, 4, 6, 6], 2000, 6000),
+        ([1, 2, 3], None, None),
+    ],
+)
+def test_first_and_sustained_crossings_of_hand_made_curves(values, first, sustained):
+    curve = steps(values)
+    assert table3.first_crossing(curve, 5.0) == first
+    assert table3.sustained_crossing(curve, 5.0) == sustained
+
+
+def test_a_sustained_crossing_is_never_before_the_first_and_holds_to_the_end():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(1, 12))
+        curve = steps(rng.normal(5.0, 3.0, n).round(1))
+        first = table3.first_crossing(curve, 5.0)
+        sustained = table3.sustained_crossing(curve, 5.0)
+        if sustained is None:
+            continue
+        assert first is not None and first <= sustained
+        i = [s for s, _ in curve].index(sustained) - 2  # the first evaluation of its window
+        means = [np.mean([v for _, v in curve[j : j + 3]]) for j in range(i, len(curve) - 2)]
+        assert min(means) >= 5.0
+        if i > 0:  # the window before it is below the score, or it would start there
+            assert np.mean([v for _, v in curve[i - 1 : i + 2]]) < 5.0
+
+
+def metrics_lines(evals, eval_every=2, steps_per_gen=1000, eval_steps=400, counted=True):
+    """A hand-made metrics.jsonl: `evals` returns, one per block of `eval_every` generations
+    of `steps_per_gen` env steps (alive: half of them); each evaluation `eval_steps` simulated
+    and `eval_steps // 2` lived, written where `counted`."""
+    lines, total = [], 0
+    for i, value in enumerate(evals):
+        for g in range(eval_every):
+            total += steps_per_gen
+            line = {"generation": i * eval_every + g + 1, "env_steps": steps_per_gen}
+            line |= {"alive_steps": steps_per_gen // 2, "total_env_steps": total}
+            if counted:
+                done = i + (g == eval_every - 1)
+                line |= {
+                    "eval_env_steps": done * eval_steps,
+                    "eval_alive_steps": done * eval_steps // 2,
+                }
+            if g == eval_every - 1:
+                line["eval_return"] = value
+            lines.append(line)
+    return lines
+
+
+CONFIG = {"episode_length": 1000, "eval_episodes": 8, "population_size": 8, "eval_every": 2}
+
+
+def record_of(env, seeds_curves, commands=("--seeds",)):
+    """A Table 3 record of `env` whose seeds have these curves."""
+    paper = table3.PAPER[env]
+    seeds = []
+    for seed, curve in seeds_curves.items():
+        seeds.append({"seed": seed, "curve": curve, "env_steps_used": curve[-1][0],
+                      "alive_steps_used": curve[-1][2]})  # fmt: skip
+    machine = {"git": "abc1234", "cpu_model": "Intel(R) Xeon(R) Processor", "cpu_cores": 2}
+    machine |= {"ram_gib": 23.5, "jax": "0.10.2"}
+    sitting = {"command": ["-m", "jaxes", "train", *commands], "machine": machine}
+    return {
+        "env": env,
+        "paper": {"thresholds": list(paper["thresholds"]),
+                  "es_timesteps": list(paper["es_timesteps"])},
+        "settings": {"jaxes_config": CONFIG | {"strategy": "open_es", "sigma": 0.1,
+                     "learning_rate": 0.03, "l2_coeff": 0.0, "policy": "linear",
+                     "backend": "spring"}},
+        "sittings": [sitting | {"started_utc": "2026-12-05T12:00:00+00:00"}],
+        "bound": {"applied": "timesteps", "env_steps_used": 1, "wall_s_used": 1.0},
+        "seeds": seeds,
+    }  # fmt: skip
+
+
+def test_evaluation_steps_written_by_a_run_are_counted():
+    """A run that wrote eval_env_steps: every crossing is at training's plus the evaluations'
+    steps so far, in both counts, exactly."""
+    lines = table3.add_alive_totals(metrics_lines([100, 300, 900, 1000, 1000]))
+    curve = table3.recorded_curve(lines)
+    assert curve[1] == [4000, 300.0, 2000, 800, 400]  # two evaluations of 400 steps so far
+    record = record_of("hopper", {0: curve, 1: curve})
+    m = table3.measure_env(record)
+    assert m["kind"] == "counted" and m["seeds"] == [0, 1]
+    # hopper's 25 % score (877.45) is first reached at the third evaluation: 6000 + 3 x 400.
+    assert m["first"]["median"]["low"][0] == m["first"]["median"]["high"][0] == 7200
+    assert m["first"]["median"]["training"][0] == 6000  # the count before issue 60
+    assert m["first"]["median"]["alive_low"][0] == 3000 + 600
+    assert m["sustained"]["median"]["low"][0] == 10000 + 5 * 400  # mean of 900, 1000, 1000
+    # 50 % never reached, by runs that stopped short of the paper's steps: cannot tell.
+    assert m["first"]["within"][0] is True and m["first"]["within"][1] is None
+    assert m["eval_share"] == [pytest.approx(2000 / 12000)] * 2
+    row = table3.table3_markdown([record | {"measures": m}]).splitlines()[-1]
+    assert row.startswith("| hopper | 0–1 | counted | 7.2e3 (2/2) | not reached (0/2) |")
+
+
+def test_an_older_record_is_labelled_and_its_evaluation_steps_bounded_or_exact():
+    """A record without eval_env_steps: evaluation steps from its config, exact where
+    episodes never end early (swimmer), between bounds where they may (hopper), and from the
+    returns where the return is the episode length (inverted_pendulum)."""
+    old = [p[:3] for p in table3.recorded_curve(table3.add_alive_totals(
+        metrics_lines([100, 300, 900, 1000, 1000], counted=False)))]  # fmt: skip
+    assert old[2] == [6000, 900.0, 3000]
+    exact = table3.measure_env(record_of("swimmer", {0: old}))
+    assert exact["kind"] == "exact"
+    # swimmer's 25 % score (41.97) at the first evaluation: 2000 + 8 x 1000 steps played.
+    assert exact["first"]["median"]["low"][0] == exact["first"]["median"]["high"][0] == 10000
+    bounded = table3.measure_env(record_of("hopper", {0: old}))
+    assert bounded["kind"] == "bounded"
+    low, high = bounded["first"]["median"]["low"][0], bounded["first"]["median"]["high"][0]
+    assert (low, high) == (6000 + 3 * 400, 6000 + 3 * 8000)  # one chunk to every chunk
+    assert bounded["first"]["within"][0] is True  # 3.0e4 <= 3.83e5 even at the most
+    assert bounded["eval_share"][0] < bounded["eval_share"][1]
+    # inverted_pendulum pays 1 a step: its 25 % score (276.59) at the second evaluation,
+    # after 8 x (100 + 300) steps lived in evaluations; simulated, the longest of episodes of
+    # mean 100 lies between 100 (2 chunks) and 793 (16 chunks), of 300 between 300 (6) and
+    # 2393 (all 20).
+    pendulum = table3.measure_env(record_of("inverted_pendulum", {0: old}))
+    median = pendulum["first"]["median"]
+    assert median["alive_low"][0] == median["alive_high"][0] == 2000 + 8 * (100 + 300)
+    assert (median["low"][0], median["high"][0]) == (4000 + 400 * (2 + 6), 4000 + 400 * (16 + 20))
+    # Bounds that straddle the paper's timesteps decide nothing: "?".
+    assert table3.verdict(True, False) is None and table3.verdict(False, False) is False
+    row = table3.table3_markdown([record_of("hopper", {0: old}) | {"measures": bounded}])
+    assert "| hopper | 0 | bounded: the evaluations' least – most | 7.2e3–3e4 (1/1) |" in row
+    assert "| swimmer | 0 | exact (no early ends) |" in table3.table3_markdown(
+        [record_of("swimmer", {0: old}) | {"measures": exact}]
+    )
+
+
+def test_records_that_stopped_at_the_final_score_give_no_sustained_100_percent():
+    curve = table3.recorded_curve(table3.add_alive_totals(metrics_lines([900] * 6)))
+    stopped = record_of("hopper", {0: curve}, commands=("--target-return", "3403.46"))
+    for record, last in ((stopped, "n/a"), (record_of("hopper", {0: curve}), "not reached (0/1)")):
+        measured = record | {"measures": table3.measure_env(record)}
+        cells = table3.table3_markdown([measured]).splitlines()[-1].split(" | ")
+        assert cells[10] == last
+
+
+@pytest.mark.parametrize("population", [2, 4, 8, 16, 32, 64, 256])
+def test_the_cadence_keeps_evaluation_within_its_share_and_no_lower(population):
+    every = table3.eval_every_for(population)
+    assert table3.eval_share(every, population) <= 0.1 + 1e-12
+    if every > 1:
+        assert table3.eval_share(every - 1, population) > 0.1
+    # Two episodes per member halve training's share of the cost per generation: fewer.
+    assert table3.eval_every_for(population, episodes_per_member=2) <= every
+
+
+@pytest.mark.parametrize("env", table3.ENVS)
+def test_each_env_is_sat_at_its_cadence_and_without_a_stop_at_the_final_score(env):
+    """The sitting's command, parsed by `jaxes train`'s own parser: eval_every from the rule
+    (evaluation <= 10 % of full-length episodes), a checkpoint at every evaluation, no target
+    return (a sustained crossing needs the evaluations after a first one)."""
+    cmd = table3.jaxes_command(env, "15-20", 1000, Path("/tmp/never-made"), False)
+    args = cli_parser.parser().parse_args(cmd[3:])
+    assert args.seeds == list(range(15, 21))
+    given = {f: getattr(args, f) for _, f, _, _ in cli_parser.TRAIN_FLAGS}
+    config = TrainConfig.make(**{k: v for k, v in given.items() if v is not None}).to_dict()
+    setting = presets.preset(env, name="table3")
+    assert config["eval_every"] == config["checkpoint_every"] == table3.env_eval_every(env)
+    assert table3.eval_share(config["eval_every"], setting["population_size"]) <= 0.1 + 1e-12
+    assert config["target_return"] is None and "--target-return" not in cmd
+
+
+def test_seeds_are_judged_as_asked_and_the_table_says_which_where_and_how(tmp_path, capsys):
+    """`--report --seeds 15-20`: the records' seeds picked (a seed not recorded is refused),
+    the tables labelled with them, and each names the runs' commits and CPU, and the commit,
+    CPU and command that recompute it; nothing runs."""
+    lines = table3.recorded_curve(table3.add_alive_totals(metrics_lines([100, 900, 900, 900])))
+    record = record_of("hopper", {n: lines for n in range(12, 21)})
+    (tmp_path / "hopper.json").write_text(json.dumps(record))
+    args = table3.parse_args(["--report", "--seeds", "15-20", "--envs", "hopper,swimmer"])
+    args.results = tmp_path
+    table3.run(args, [table3.__file__])
+    out = capsys.readouterr().out
+    assert "swimmer: no record" in out
+    assert "Judged on seeds 15–20." in out and "| hopper | 15–20 | counted |" in out
+    assert "measured at commit(s) abc1234" in out and "Intel(R) Xeon(R) Processor" in out
+    assert f"on {table3.cpu_model()} by `.venv/bin/python benchmarks/table3.py --report" in out
+    assert "--seeds 15-20 --envs hopper`" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper.json"]  # nothing ran
+    judged = table3.judged_record(record, [15, 16])
+    assert [s["seed"] for s in judged["seeds"]] == [15, 16] and len(record["seeds"]) == 9
+    with pytest.raises(ValueError, match=r"seeds \[21\] are not in the record"):
+        table3.judged_record(record, [20, 21])
+    assert table3.seeds_arg([15, 16, 17, 18, 19, 20]) == "15-20"
+    assert table3.parse_seeds(table3.seeds_arg([0, 1, 2, 5, 7, 8])) == [0, 1, 2, 5, 7, 8]
+
+
+def test_the_headline_counts_envs_within_and_undecided():
+    def measured(env, first, sustained):
+        return {"measures": {"first": {"within": first}, "sustained": {"within": sustained}}}
+
+    records = [measured("a", [True, True, None, False], [False, True, None, None]),
+               measured("b", [True, False, None, None], [False, False, False, None])]  # fmt: skip
+    assert table3.headline(records) == (
+        "Within the paper's ES timesteps, every env step counted: first crossing: 25 % 2, "
+        "50 % 1, 75 % 0 (2 undecided) of 2 envs; sustained crossing: 25 % 0, 50 % 1, 75 % 0 "
+        "(1 undecided) of 2 envs."
+    )
