@@ -112,3 +112,43 @@ def test_traced_per_rank_table_still_works():
     fitness = jnp.array([1.0, 4.0, 2.0, 2.0])
     traced = jax.jit(lambda w, f: shaping.rank_weights(w)(f))(per_rank, fitness)
     np.testing.assert_array_equal(traced, shaping.rank_weights(per_rank)(fitness))
+
+
+def _des_by_formula(fitness: np.ndarray, temperature: float) -> np.ndarray:
+    """evosax's DES weights written out: softmax(-20 sigmoid(T c_k)) over best-first ranks k,
+    minus 1/P; a tie group shares the mean of its ranks' weights, NaN ranks last."""
+    p = len(fitness)
+    c = np.arange(p) / (p - 1) - 0.5
+    e = np.exp(-20.0 / (1.0 + np.exp(-temperature * c)))
+    per_rank = e / e.sum() - 1.0 / p
+    f = np.where(np.isnan(fitness), -np.inf, fitness)
+    return np.array([per_rank[np.sum(f > x) : p - np.sum(f < x)].mean() for x in f])
+
+
+@pytest.mark.parametrize("temperature", [0.5, 12.5, 30.0])
+def test_des_weights_equal_evosaxs_formula_with_ties_sharing_their_mean(temperature):
+    fitness = np.array([0.0, 3.0, 1.0, 2.0, 3.0, -1.0, np.nan, 1.0], np.float32)
+    weights = shaping.des_weights(temperature)(jnp.asarray(fitness))
+    np.testing.assert_allclose(weights, _des_by_formula(fitness, temperature), atol=1e-7)
+    assert abs(float(jnp.sum(weights))) < 1e-6
+    # A concrete temperature's table is a constant of the program; a traced one is computed.
+    text = jax.jit(shaping.des_weights(temperature)).lower(jnp.asarray(fitness)).as_text()
+    assert "exponential" not in text and "tanh" not in text
+    traced = jax.jit(lambda t, f: shaping.des_weights(t)(f))(temperature, jnp.asarray(fitness))
+    np.testing.assert_allclose(traced, weights, atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [0, -1.0, float("nan"), "30", None])
+def test_des_weights_refuse_a_temperature_that_is_not_a_positive_number(temperature):
+    with pytest.raises(ValueError, match=r"^temperature: expected a finite number > 0, got "):
+        shaping.des_weights(temperature)
+
+
+def test_des_weights_are_evosaxs_discovered_weights_centred():
+    """The same weights as evosax's own (its DES's ``get_weights``, which its SNES with a
+    temperature used), where the ``bench`` extra installs evosax."""
+    discovered = pytest.importorskip("evosax.algorithms.distribution_based.discovered_es")
+    for p, temperature in [(8, 30.0), (13, 12.5)]:
+        best_first = jnp.arange(p, 0, -1.0)
+        want = np.asarray(discovered.get_weights(p, temperature), np.float64) - 1.0 / p
+        np.testing.assert_allclose(shaping.des_weights(temperature)(best_first), want, atol=1e-6)

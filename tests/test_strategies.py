@@ -350,6 +350,14 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_size=0), "elite_size"),
         (lambda: jaxes.sep_cma_es(8, sigma=0.0), "sigma"),
         (lambda: jaxes.sep_cma_es(8, learning_rate=-1.0), "learning_rate"),
+        (lambda: jaxes.snes(8, temperature=-1.0), "^temperature: expected a finite number > 0"),
+        (
+            lambda: jaxes.snes(8, temperature=30.0, fitness_shaping="centered_rank"),
+            "^temperature, fitness_shaping: a temperature > 0 replaces the log-rank",
+        ),
+        (lambda: jaxes.sep_cma_es(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
+        (lambda: jaxes.sep_cma_es(8, elite_ratio=0.0), "^elite_ratio: expected a finite number"),
+        (lambda: jaxes.cma_es(8, elite_size=2, elite_ratio=0.25), "^elite_size, elite_ratio"),
     ],
 )
 def test_bad_settings_name_the_argument(make, message):
@@ -545,3 +553,37 @@ def test_the_noise_keywords_issue_40_removed_still_work_with_a_warning(name):
         factory(8, 0.1, noise_batch_size=4)
     with pytest.raises(ValueError, match="noise_rank: given with noise='gaussian'"):
         factory(8, 0.1, noise="gaussian", noise_rank=2)
+
+
+def test_snes_with_a_temperature_ranks_with_the_des_weights_and_steps_the_centre():
+    """``snes(temperature=T)`` is snes told the DES weights at T as its shaping (evosax's SNES
+    ``temperature``); they differ from the default log-rank utilities, and the centre moves."""
+    made = {
+        "temperature": jaxes.snes(8, 0.3, temperature=30.0),
+        "callable": jaxes.snes(8, 0.3, fitness_shaping=jaxes.shaping.des_weights(30.0)),
+        "log_rank": jaxes.snes(8, 0.3),
+    }
+    told = {}
+    for name, es in made.items():
+        state = es.init(jax.random.key(0), jnp.full(3, 2.0))
+        population, state = es.ask(jax.random.key(1), state)
+        told[name] = es.tell(state, -jnp.sum(population**2, axis=1))[0]
+    for field in ("params", "sigma"):
+        np.testing.assert_allclose(
+            getattr(told["temperature"], field), getattr(told["callable"], field), rtol=1e-6
+        )
+    assert not np.allclose(told["temperature"].params, told["log_rank"].params, rtol=1e-3)
+    assert float(jnp.sum(told["temperature"].params ** 2)) < 12.0  # moved toward the optimum
+    assert made["temperature"].traits.rank_based and jaxes.snes(8, temperature=0).traits.rank_based
+
+
+@pytest.mark.parametrize("factory", [jaxes.sep_cma_es, jaxes.cma_es])
+def test_elite_ratio_recombines_evosaxs_share_of_the_population(factory):
+    """``μ = max(1, ⌊r·P⌋)``: the members with positive recombination weight."""
+    fitness = -jnp.arange(10.0)
+    for ratio, mu in [(0.1, 1), (0.25, 2), (0.01, 1), (0.5, 5)]:
+        es = factory(10, 0.5, elite_ratio=ratio)
+        _, state = es.ask(jax.random.key(1), es.init(jax.random.key(0), jnp.ones(2)))
+        masses = es.estimate(state, fitness)[1].masses
+        assert int(jnp.sum(masses > 0)) == mu, (ratio, masses)
+        assert bool(jnp.all(masses[:mu] > 0))  # the best μ

@@ -178,6 +178,47 @@ def recombination_weights(elite_size: int) -> Shaping:
     return weights
 
 
+def des_weights(temperature) -> Shaping:
+    """The utilities of evosax's SNES with ``temperature > 0``: the discovered recombination
+    weights of DES (Lange et al. 2023). For rank ``k = 0..P-1`` (best first) and centred rank
+    ``c_k = k/(P-1) - 1/2``, ``w_k = softmax_k(-20 · sigmoid(temperature · c_k))``, then minus
+    ``1/P`` so they sum to zero (evosax leaves the ``1/P`` in; a strategy that centres its
+    utilities, as ``jaxes.snes`` does, is the same in expectation). Tied members share the mean
+    weight of the ranks they span. The higher the temperature, the more of the weight goes
+    to the better half.
+
+    Example:
+      >>> fitness = jnp.array([0.0, 3.0, 1.0, 2.0])
+      >>> [round(float(x), 3) for x in des_weights(30.0)(fitness)]
+      [-0.25, 0.283, -0.25, 0.217]
+      >>> [round(float(x), 3) for x in des_weights(2.0)(fitness)]
+      [-0.25, 0.699, -0.248, -0.201]
+    """
+    if not isinstance(temperature, jax.core.Tracer) and not (
+        isinstance(temperature, int | float | np.number | np.ndarray | jax.Array)
+        and np.isfinite(temperature)
+        and temperature > 0
+    ):
+        raise ValueError(f"temperature: expected a finite number > 0, got {temperature!r}")
+
+    def weights(fitness: jnp.ndarray) -> jnp.ndarray:
+        return _by_rank(fitness, _des_table(fitness.shape[0], temperature))
+
+    return weights
+
+
+def _des_table(p: int, temperature):
+    """``des_weights``' per-rank values, best first: in float64 NumPy for a concrete
+    temperature (a constant of the program), in the program for a traced one."""
+    xp = jnp if isinstance(temperature, jax.core.Tracer) else np
+    centred = xp.arange(p) / (p - 1) - 0.5
+    # sigmoid(x) = (1 + tanh(x/2))/2, which no temperature overflows.
+    squashed = 0.5 * (1.0 + xp.tanh(0.5 * temperature * centred))
+    # The softmax of -20·squashed, shifted by its largest value (the best rank's, k = 0).
+    raw_w = xp.exp(-20.0 * (squashed - squashed[0]))
+    return raw_w / xp.sum(raw_w) - 1.0 / p
+
+
 SHAPINGS: dict[str, Shaping] = {
     "centered_rank": centered_rank,
     "z_score": z_score,

@@ -21,7 +21,7 @@ import optax
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int, check_positive
+from jaxes.checks import check_int
 from jaxes.noise import NoiseSource
 from jaxes.strategies import settings
 from jaxes.strategies._tell import optimizer_step
@@ -100,7 +100,8 @@ def ars(
       population_size: ``P`` = 2 × the number of directions ``N`` (even).
       sigma: the exploration noise ``ν``, a constant > 0 or an optax schedule of the
         generation (floored at ``sigma_floor``).
-      learning_rate: the step size ``α`` (> 0), used when ``optimizer`` is None.
+      learning_rate: the step size ``α`` (> 0, or an optax schedule of the updates applied),
+        used when ``optimizer`` is None.
       top_k: ``b``, the directions kept, ``1 <= b <= P/2``; ``None`` keeps all of them
         (ARS V1/V2; ``b < P/2`` is V1-t/V2-t).
       optimizer: any optax transformation; defaults to ``optax.sgd(learning_rate)``.
@@ -120,7 +121,7 @@ def ars(
     # ARS keeps b of the P/2 directions.
     b = p // 2 if top_k is None else check_int("top_k", top_k, 1, p // 2)
     optimizer = check_optimizer(
-        optimizer, lambda: optax.sgd(check_positive("learning_rate", learning_rate))
+        optimizer, lambda: optax.sgd(settings.check_learning_rate(learning_rate))
     )
 
     def init(master: Params):

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxes import centroid
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int, check_positive
+from jaxes.checks import check_positive
 from jaxes.strategies import termination
 from jaxes.strategies.base import EstimateStats
 from jaxes.strategies.cma_constants import Weights, stall_indicator, step_size, weights
@@ -38,6 +38,7 @@ from jaxes.strategies.samplers import (
 from jaxes.strategies.settings import (
     check_fixed_sigma,
     check_population_size,
+    elite_count,
 )
 from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Strategy
@@ -86,6 +87,7 @@ def cma_es(
     elite_size: int | None = None,
     learning_rate=1.0,
     *,
+    elite_ratio=None,
     active: bool = True,
     sigma_floor=None,
     covariance_budget: int = DEFAULT_COVARIANCE_BUDGET,
@@ -100,6 +102,8 @@ def cma_es(
       elite_size: ``μ``, the members recombined; ``None`` is ``λ // 2`` with the tutorial's
         weights.
       learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
+      elite_ratio: ``μ`` as a share ``r`` of the population, ``μ = max(1, ⌊r·P⌋)`` with
+        ``0 < r <= 1`` (evosax's setting), in place of ``elite_size``.
       active: negative weights for the worst members in the covariance update (active CMA,
         pycma's default).
       sigma_floor: σ never goes below it (> 0); ``None``: ``default_sigma_floor`` of the dtype.
@@ -119,8 +123,7 @@ def cma_es(
       (True, False)
     """
     p = check_population_size(population_size, antithetic=False)
-    if elite_size is not None:
-        check_int("elite_size", elite_size, 1, p)
+    elite_size = elite_count(p, elite_size, elite_ratio)
     check_fixed_sigma(sigma, "cma_es")
     sigma0 = check_positive("sigma", sigma)
     if sigma_floor is not None:

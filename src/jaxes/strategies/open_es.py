@@ -49,7 +49,8 @@ def open_es(
       sigma: perturbation scale, a constant > 0 or an optax schedule of the generation.
       optimizer: any optax transformation (on the float32 master θ); default
         ``optax.adam(learning_rate)``.
-      learning_rate: used only when ``optimizer`` is ``None``.
+      learning_rate: Adam's step size, used only when ``optimizer`` is ``None``: a number > 0
+        or an optax schedule of Adam's step count (the updates applied).
       l2_coeff: L2 penalty coefficient (>= 0) on θ.
       antithetic: sample ``(+ε, -ε)`` pairs; then the plain centroid is exactly θ.
       fitness_shaping, noise, sigma_floor, memory_budget, track_best: the keywords every
@@ -67,7 +68,7 @@ def open_es(
     p = settings.check_population_size(population_size, antithetic)
     l2 = check_positive("l2_coeff", l2_coeff, allow_zero=True)
     optimizer = settings.check_optimizer(
-        optimizer, lambda: optax.adam(check_positive("learning_rate", learning_rate))
+        optimizer, lambda: optax.adam(settings.check_learning_rate(learning_rate))
     )
     shape_fitness = shaping.get_shaping(fitness_shaping)
     scale, initial_scale = settings.scheduled_sigma(sigma, sigma_floor)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxes import centroid, trees
 from jaxes import shaping as shaping_lib
-from jaxes.checks import check_int, check_positive
+from jaxes.checks import check_positive
 from jaxes.noise import NoiseSource
 from jaxes.strategies import settings
 from jaxes.strategies.base import EstimateStats
@@ -79,6 +79,7 @@ def sep_cma_es(
     elite_size: int | None = None,
     learning_rate=1.0,
     *,
+    elite_ratio=None,
     sigma_floor=None,
     noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
@@ -93,6 +94,8 @@ def sep_cma_es(
       sigma: the initial global step size (> 0).
       elite_size: ``μ``, the members recombined, ``1 <= μ <= P``; ``None`` is ``P // 2``.
       learning_rate: ``c_m`` (> 0); 1 puts the new mean on the centre of mass.
+      elite_ratio: ``μ`` as a share ``r`` of the population, ``μ = max(1, ⌊r·P⌋)`` with
+        ``0 < r <= 1`` (evosax's setting), in place of ``elite_size``.
       sigma_floor: σ never goes below it (> 0); ``None`` is ``1e-8`` for a float32 state,
         finer for float64 (``default_sigma_floor``).
       noise, memory_budget, track_best:
@@ -108,7 +111,8 @@ def sep_cma_es(
       True
     """
     p = check_population_size(population_size, antithetic=False)
-    mu = p // 2 if elite_size is None else check_int("elite_size", elite_size, 1, p)
+    mu = settings.elite_count(p, elite_size, elite_ratio)
+    mu = p // 2 if mu is None else mu
     check_fixed_sigma(sigma, "sep_cma_es")
     sigma0 = check_positive("sigma", sigma)
     if sigma_floor is not None:

@@ -7,6 +7,7 @@ traced, with a message naming the setting.
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import warnings
 from collections.abc import Callable
@@ -186,6 +187,44 @@ def check_optimizer(optimizer, default: Callable[[], optax.GradientTransformatio
             f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}"
         )
     return optimizer
+
+
+def check_learning_rate(learning_rate):
+    """The step size of an optax optimizer a factory builds: a number > 0 (possibly traced) or
+    an optax schedule of the optimizer's step count, which counts the applied updates.
+
+    Example:
+      >>> import optax
+      >>> schedule = optax.exponential_decay(0.1, 1, 0.9)
+      >>> check_learning_rate(0.1), check_learning_rate(schedule) is schedule
+      (0.1, True)
+    """
+    if callable(learning_rate):
+        return learning_rate
+    return check_positive("learning_rate", learning_rate)
+
+
+def elite_count(population_size: int, elite_size, elite_ratio) -> int | None:
+    """``μ``, the members recombined: ``elite_size`` (``1 <= μ <= P``), or ``max(1, ⌊r·P⌋)``
+    for ``elite_ratio = r`` in ``(0, 1]`` (evosax's setting); ``None`` when neither is given
+    (the strategy's own default). Both at once is an error naming both.
+
+    Example:
+      >>> elite_count(16, None, 0.1), elite_count(16, 3, None), elite_count(16, None, None)
+      (1, 3, None)
+    """
+    if elite_ratio is None:
+        if elite_size is None:
+            return None
+        return check_int("elite_size", elite_size, 1, population_size)
+    if elite_size is not None:
+        raise ValueError(
+            f"elite_size, elite_ratio: give one of them (got {elite_size!r} and {elite_ratio!r})"
+        )
+    ratio = check_positive("elite_ratio", elite_ratio)
+    if is_traced(ratio) or ratio > 1:
+        raise ValueError(f"elite_ratio: expected a static number in (0, 1], got {elite_ratio!r}")
+    return max(1, int(math.floor(ratio * population_size)))
 
 
 def is_rank_shaping(fitness_shaping) -> bool | None:

@@ -70,6 +70,7 @@ def snes(
     *,
     antithetic: bool = False,
     fitness_shaping="log_rank",
+    temperature=None,
     noise: str | NoiseSource = "auto",
     memory_budget: int | None = None,
     track_best: bool = True,
@@ -86,6 +87,9 @@ def snes(
       antithetic: sample ``(+z, -z)`` pairs (off in the paper).
       fitness_shaping: the paper's ``"log_rank"`` utilities by default; any shaping name or
         callable (utilities are centred, so only their differences matter).
+      temperature: ``None`` or 0 keeps ``fitness_shaping``; ``> 0`` ranks with evosax's
+        "DES" weights at that temperature instead (``jaxes.shaping.des_weights``; evosax's
+        SNES ``temperature``), with ``fitness_shaping`` left at ``"log_rank"``.
       noise, memory_budget, track_best:
         as in ``jaxes.strategies``.
 
@@ -105,7 +109,7 @@ def snes(
     adapts_sigma = not is_zero(sigma_learning_rate)
     check_fixed_sigma(sigma, "snes")
     check_sigma(sigma)
-    shape_fitness = shaping_lib.get_shaping(fitness_shaping)
+    shape_fitness = utilities(fitness_shaping, temperature)
 
     def eta_sigma(params) -> float:
         if sigma_learning_rate is not None:
@@ -140,8 +144,37 @@ def snes(
         Rule(init, lambda state: state.sigma, estimate, update),
         SNESState,
         diagonal(noise, memory_budget, p, antithetic, gaussian if adapts_sigma else None),
-        rank_based=is_rank_shaping(fitness_shaping),
+        rank_based=is_rank_shaping(fitness_shaping),  # "log_rank" under a temperature
         track_best=track_best,
+    )
+
+
+def _has_temperature(temperature) -> bool:
+    return temperature is not None and not is_zero(temperature)
+
+
+def utilities(fitness_shaping, temperature) -> shaping_lib.Shaping:
+    """The shaping snes ranks with: ``fitness_shaping``, or the DES weights of a temperature
+    > 0, which replace the default log-rank utilities (any other shaping with them is an
+    error naming both).
+
+    Example:
+      >>> utilities("log_rank", 0) is shaping_lib.log_rank_utilities
+      True
+      >>> utilities("z_score", 30.0)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      ValueError: temperature, fitness_shaping: a temperature > 0 replaces the log-rank ...
+    """
+    if not _has_temperature(temperature):
+        return shaping_lib.get_shaping(fitness_shaping)
+    temperature = check_positive("temperature", temperature)
+    if isinstance(fitness_shaping, str) and fitness_shaping == "log_rank":
+        return shaping_lib.des_weights(temperature)
+    raise ValueError(
+        "temperature, fitness_shaping: a temperature > 0 replaces the log-rank utilities with "
+        f"the DES weights, so fitness_shaping must stay 'log_rank' (got {fitness_shaping!r}); "
+        "give one of them"
     )
 
 
