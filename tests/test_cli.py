@@ -59,6 +59,23 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_setting_the_strategy_does_not_take_is_one_line_naming_it(tmp_path):
+    """Issue 60: NeuroEvoBench's SNES temperature asked of open_es, through the real command."""
+    out = tmp_path / "r"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxes", "train", "--strategy", "open_es", "--temperature", "30"]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr == (
+        "jaxes: error: temperature: open_es has no temperature setting; strategies with one: "
+        "['snes']\n"
+    )
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "flags, match",
     [
@@ -76,6 +93,13 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
         (["--seeds", "0-2", "--seed", "1"], "--seed and --seeds: give one of them"),
         (["--l2-coeff", "-0.1"], "l2_coeff: expected a finite number >= 0"),
         (["--strategy", "ars", "--l2-coeff", "0.1"], "l2_coeff: ars has no l2_coeff setting"),
+        (["--temperature", "30"], "temperature: open_es has no temperature setting"),
+        (
+            ["--strategy", "sep_cma_es", "--learning-rate-decay", "0.999"],
+            "learning_rate_decay: sep_cma_es has no learning_rate_decay setting",
+        ),
+        (["--sigma-limit", "0.01"], "sigma_limit: the floor of a decaying sigma"),
+        (["--strategy", "sep_cma_es", "--elite-ratio", "0"], "elite_ratio: expected a finite"),
         (["--fitness-shaping", "rank"], "fitness_shaping: unknown 'rank'"),
         (["--noise", "uniform"], "noise: unknown 'uniform'"),
         (["--env", "swimmer", "--backend", "spring"], "swimmer runs only on ['generalized']"),

@@ -298,6 +298,19 @@ def test_a_config_json_written_before_a_setting_was_added_loads_with_its_default
         TrainConfig.from_dict({k: v for k, v in saved.items() if k != "sigma"})
 
 
+def test_a_run_written_before_settings_were_added_resumes_and_keeps_its_file(run_copy):
+    """The runner refuses a config.json that lacks a setting; a run from before
+    ``ADDED_LATER``'s settings is recorded without them, so `--resume` continues it."""
+    path = run_copy / "config.json"
+    saved = json.loads(path.read_text())
+    older = {k: v for k, v in saved.items() if k not in config_lib.ADDED_LATER}
+    path.write_text(json.dumps(older))
+    proc = jaxes_cmd("train", "--out", str(run_copy), "--resume", "--generations", "25")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(path.read_text()) == {**older, "generations": 25}
+    assert checkpoint.complete_steps(rundir.checkpoints_of(str(run_copy)))[-1] == 25
+
+
 def test_load_policy_is_the_trained_act_with_its_normalisation(tiny_run):
     _, _, task, _, state = train.load_run(str(tiny_run))
     act = train.load_policy(str(tiny_run), checkpoint_step=20)

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import jax
+import optax
 
 from jaxes import noise as noise_lib
 from jaxes import subspace as subspace_lib
 from jaxes import trees
 from jaxes.app import presets
-from jaxes.app.checks import ConfigError, takes
+from jaxes.app.checks import SCHEDULED, ConfigError, takes
 from jaxes.app.config import EnvConfig, StrategyConfig, TrainConfig
 from jaxes.strategies import STRATEGIES
 from jaxes.tasks import brax as brax_tasks
 from jaxes.types import Strategy, Task
 
 # Settings a strategy factory may take; each is passed only to the factories that have it.
-STRATEGY_SETTINGS = ("sigma", "learning_rate", "l2_coeff", "fitness_shaping", "noise")
+STRATEGY_SETTINGS = (
+    "sigma",
+    "learning_rate",
+    "l2_coeff",
+    "fitness_shaping",
+    "noise",
+    "temperature",
+    "elite_ratio",
+)
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:
@@ -49,10 +58,30 @@ def _strategy(config: StrategyConfig) -> Strategy:
     }
     if settings.get("noise") == "lowrank":
         settings["noise"] = noise_lib.lowrank(config.noise_rank)
+    for name in SCHEDULED:  # a decay and its limit, as the schedule the factory takes
+        rate = getattr(config, f"{name}_decay")
+        if rate is not None:
+            settings[name] = decayed(settings[name], rate, getattr(config, f"{name}_limit"))
     try:
         return STRATEGIES[config.name](config.population_size, **settings)
     except ValueError as err:
         raise ConfigError(f"{config.name}: {err}") from err
+
+
+def decayed(initial: float, rate: float, limit: float | None):
+    """``initial · rate^g`` at step ``g`` (an optax schedule), never below ``limit``; a rate of
+    1 is the constant itself, so the strategy's state is what it is without a decay.
+
+    Example:
+      >>> schedule = decayed(0.1, 0.5, 0.02)
+      >>> [round(float(schedule(g)), 4) for g in (0, 1, 2, 5)]
+      [0.1, 0.05, 0.025, 0.02]
+      >>> decayed(0.1, 1.0, None)
+      0.1
+    """
+    if rate == 1:
+        return initial
+    return optax.exponential_decay(initial, transition_steps=1, decay_rate=rate, end_value=limit)
 
 
 def _in_subspace(strategy: Strategy, task: Task, config: StrategyConfig) -> Strategy:

@@ -41,17 +41,35 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Each setting a decay schedules, and the strategies whose factory takes it as an optax
+# schedule: σ where the strategy does not adapt it, and the step size of the optax optimizer
+# it builds (pgpe's ClipUp keeps no step count, the others' step sizes are not an optimizer's).
+# ``NAME_decay`` multiplies NAME by itself every generation, never below ``NAME_limit``.
+SCHEDULED = {"sigma": ("open_es", "ars"), "learning_rate": ("open_es", "ars")}
+DECAYS = {f"{name}_decay": name for name in SCHEDULED}
+LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
+# Settings only some strategies take; any other strategy refuses them, naming the ones that do.
+OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
+
+
 def takes(strategy: str, setting: str) -> bool:
-    """Whether the factory of ``strategy`` has the keyword ``setting``.
+    """Whether the factory of ``strategy`` has the keyword ``setting`` (for a decay or its
+    limit: takes the setting it schedules as a schedule, ``SCHEDULED``).
 
     Example:
       >>> takes("open_es", "l2_coeff"), takes("ars", "fitness_shaping")
       (True, False)
+      >>> takes("ars", "sigma_decay"), takes("snes", "learning_rate_limit")
+      (True, False)
     """
+    scheduled = DECAYS.get(setting) or DECAYS.get(LIMITS.get(setting))
+    if scheduled is not None:
+        return strategy in SCHEDULED[scheduled]
     return setting in inspect.signature(STRATEGIES[strategy]).parameters
 
 
-def _takers(setting: str) -> list[str]:
+def takers(setting: str) -> list[str]:
+    """The strategies that take ``setting`` (``takes``)."""
     return [name for name in STRATEGIES if takes(name, setting)]
 
 
@@ -146,10 +164,10 @@ def check_strategy_config(config) -> None:
         )
     for name in ("sigma", "learning_rate"):
         check_number(name, getattr(config, name), 0, False)
-    for name in ("l2_coeff", "fitness_shaping"):
+    for name in OPTIONAL:
         if getattr(config, name) is not None and not takes(config.name, name):
             raise ConfigError(
-                f"{name}: {config.name} has no {name} setting; strategies with one: {_takers(name)}"
+                f"{name}: {config.name} has no {name} setting; strategies with one: {takers(name)}"
             )
     if config.l2_coeff is not None:
         check_number("l2_coeff", config.l2_coeff, 0, True)
@@ -160,6 +178,48 @@ def check_strategy_config(config) -> None:
         )
     if config.noise not in NOISE_SOURCES:
         raise ConfigError(f"noise: unknown {config.noise!r}; allowed: {list(NOISE_SOURCES)}")
+    _check_temperature(config.temperature, config.fitness_shaping)
+    if config.elite_ratio is not None:
+        _check_fraction("elite_ratio", config.elite_ratio)
+    _check_schedules(config)
+
+
+def _check_fraction(name: str, value) -> None:
+    """A number in ``(0, 1]``: a decay's factor, an elite ratio."""
+    if check_number(name, value, 0, False) > 1:
+        raise ConfigError(f"{name}: expected a number in (0, 1], got {value!r}")
+
+
+def _check_temperature(temperature, fitness_shaping) -> None:
+    """snes's temperature: >= 0 (0 keeps the log-rank utilities); above 0 it replaces them,
+    so no other shaping may be asked for with it."""
+    if temperature is None or check_number("temperature", temperature, 0, True) == 0:
+        return
+    if fitness_shaping != "log_rank":
+        raise ConfigError(
+            "temperature, fitness_shaping: a temperature > 0 replaces snes's log-rank "
+            f"utilities with the DES weights, so fitness_shaping must stay log_rank (got "
+            f"{fitness_shaping!r}); give one of them"
+        )
+
+
+def _check_schedules(config) -> None:
+    """Each decay in ``(0, 1]``; each limit > 0, at most the value it floors, and given only
+    with its decay (alone it would change nothing)."""
+    for decay in DECAYS:
+        if getattr(config, decay) is not None:
+            _check_fraction(decay, getattr(config, decay))
+    for limit, decay in LIMITS.items():
+        value = getattr(config, limit)
+        if value is None:
+            continue
+        if getattr(config, decay) is None:
+            raise ConfigError(f"{limit}: the floor of a decaying {DECAYS[decay]}; give {decay} too")
+        initial = getattr(config, DECAYS[decay])
+        if check_number(limit, value, 0, False) > initial:
+            raise ConfigError(
+                f"{limit}: expected a number in (0, {DECAYS[decay]}={initial:g}], got {value!r}"
+            )
 
 
 def gymnax_episode_length(env: str) -> int:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 from jaxes.app import presets
 from jaxes.app.checks import (
+    DECAYS,
+    LIMITS,
     ConfigError,
     check_env_config,
     check_loop_config,
@@ -72,6 +75,11 @@ class StrategyConfig:
       noise, noise_rank: the noise source by name (``noise_rank``: its rank for ``lowrank``).
       subspace_dim, subspace_projection: search a random subspace of this many dimensions
         (``jaxes.subspace``), or the whole parameter space (``None``).
+      temperature: snes's DES weights at this temperature (``None`` or 0: log-rank utilities).
+      elite_ratio: the share of the population sep_cma_es and cma_es recombine.
+      sigma_decay, learning_rate_decay: σ and the step size times this factor every
+        generation (``None``: constant; open_es, ars), never below ``sigma_limit`` and
+        ``learning_rate_limit`` (``None``: no floor but the strategy's own).
     """
 
     name: str
@@ -84,6 +92,12 @@ class StrategyConfig:
     noise_rank: int
     subspace_dim: int | None
     subspace_projection: str
+    temperature: float | None
+    elite_ratio: float | None
+    sigma_decay: float | None
+    sigma_limit: float | None
+    learning_rate_decay: float | None
+    learning_rate_limit: float | None
 
     def __post_init__(self):
         check_strategy_config(self)
@@ -118,6 +132,12 @@ ADDED_LATER = {
     "subspace_dim": None,
     "subspace_projection": "dense",
     "preset": None,
+    "temperature": None,
+    "elite_ratio": None,
+    "sigma_decay": None,
+    "sigma_limit": None,
+    "learning_rate_decay": None,
+    "learning_rate_limit": None,
 }
 
 
@@ -132,6 +152,12 @@ FIELDS: dict[str, tuple[str, str]] = {
     "population_size": ("strategy", "population_size"),
     "sigma": ("strategy", "sigma"),
     "learning_rate": ("strategy", "learning_rate"),
+    "sigma_decay": ("strategy", "sigma_decay"),
+    "sigma_limit": ("strategy", "sigma_limit"),
+    "learning_rate_decay": ("strategy", "learning_rate_decay"),
+    "learning_rate_limit": ("strategy", "learning_rate_limit"),
+    "temperature": ("strategy", "temperature"),
+    "elite_ratio": ("strategy", "elite_ratio"),
     "l2_coeff": ("strategy", "l2_coeff"),
     "fitness_shaping": ("strategy", "fitness_shaping"),
     "noise": ("strategy", "noise"),
@@ -164,6 +190,8 @@ UNSET = {
     "devices": 0,
 }
 PARTS = {"env": EnvConfig, "strategy": StrategyConfig, "loop": LoopConfig}
+# Numbers only some strategies take, unset by default.
+OPTIONAL_NUMBERS = ("temperature", "elite_ratio", *DECAYS, *LIMITS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +313,9 @@ def _filled(settings: dict) -> dict:
         settings[name] = check_number(name, settings.get(name), low, inclusive)
     if settings.get("l2_coeff") is not None and takes(strategy, "l2_coeff"):
         settings["l2_coeff"] = check_number("l2_coeff", settings["l2_coeff"], 0, True)
+    for name in OPTIONAL_NUMBERS:  # a TOML's `temperature = 30` is recorded as 30.0
+        if is_int(settings.get(name)):
+            settings[name] = float(settings[name])
     sizes = settings.get("hidden_sizes")
     if isinstance(sizes, list):
         settings["hidden_sizes"] = tuple(sizes)
@@ -319,6 +350,37 @@ def read_toml(path: str) -> dict:
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return data
+
+
+def recorded(config: TrainConfig, path: str) -> dict:
+    """``config``'s settings (``to_dict``) as the run whose ``config.json`` is ``path`` keeps
+    them: all of them for a new run; for a run written before a setting was added
+    (``ADDED_LATER``), without that setting where it still has the value the file meant, so
+    the run resumes (the runner refuses any setting its file lacks) and its file keeps its keys.
+    A value that differs from the one meant is kept, and the runner refuses the change.
+
+    Example:
+      >>> import json, os, tempfile
+      >>> config = TrainConfig.make(env="fast")
+      >>> path = os.path.join(tempfile.mkdtemp(), "config.json")
+      >>> "temperature" in recorded(config, path)  # a new run records every setting
+      True
+      >>> with open(path, "w") as f:
+      ...     json.dump({k: v for k, v in config.to_dict().items() if k != "temperature"}, f)
+      >>> "temperature" in recorded(config, path)
+      False
+    """
+    settings = config.to_dict()
+    if not os.path.isfile(path):
+        return settings
+    saved = rundir.read_json(path)
+    if not isinstance(saved, dict):
+        return settings  # the runner names the damaged file
+    return {
+        name: value
+        for name, value in settings.items()
+        if name in saved or name not in ADDED_LATER or value != ADDED_LATER[name]
+    }
 
 
 def read_config(path: str) -> TrainConfig:

@@ -40,6 +40,10 @@ def _default_text(field: str) -> str:
     return "none" if value is None else str(value)
 
 
+def _strategies(setting: str) -> str:
+    return ", ".join(checks.takers(setting))
+
+
 def _version() -> str:
     from importlib.metadata import version
 
@@ -99,6 +103,40 @@ TRAIN_FLAGS = [
         "learning_rate",
         float,
         f"step size of the mean: {checks.LEARNING_RATE_MEANING}",
+    ),
+    (
+        "--sigma-decay",
+        "sigma_decay",
+        float,
+        f"σ times this factor in (0, 1] every generation ({_strategies('sigma_decay')})",
+    ),
+    ("--sigma-limit", "sigma_limit", float, "the floor of a decaying σ (with --sigma-decay)"),
+    (
+        "--learning-rate-decay",
+        "learning_rate_decay",
+        float,
+        "the step size (of Adam, SGD) times this factor in (0, 1] every update "
+        f"({_strategies('learning_rate_decay')})",
+    ),
+    (
+        "--learning-rate-limit",
+        "learning_rate_limit",
+        float,
+        "the floor of a decaying step size (with --learning-rate-decay)",
+    ),
+    (
+        "--temperature",
+        "temperature",
+        float,
+        "rank with evosax's DES weights at this temperature > 0 (0: log-rank utilities; "
+        f"{_strategies('temperature')})",
+    ),
+    (
+        "--elite-ratio",
+        "elite_ratio",
+        float,
+        "share r of the population recombined, μ = max(1, floor(r·P)) "
+        f"({_strategies('elite_ratio')})",
     ),
     ("--l2-coeff", "l2_coeff", float, "L2 penalty on the parameters (open_es)"),
     (

@@ -10,6 +10,7 @@ deployed controller.
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -18,10 +19,11 @@ import jax
 
 from jaxes import training
 from jaxes.app.build import build
-from jaxes.app.config import TrainConfig, read_config
+from jaxes.app.config import TrainConfig, read_config, recorded
 from jaxes.step import TrainState
 from jaxes.strategies import centre
 from jaxes.training import checkpoint, rundir
+from jaxes.training.settings import check_seeds
 from jaxes.types import Strategy, Task
 
 
@@ -57,7 +59,7 @@ def train_config(
         stream=stream,
         plot=plot,
         loggers=loggers,
-        **_loop_settings(config),
+        **_loop_settings(config, rundir.check_out(out)),
     )
 
 
@@ -82,6 +84,7 @@ def train_config_seeds(
       (3, True)
     """
     strategy, task = build(config)
+    seeds = check_seeds(seeds)  # a list: its first run's config.json is read below
     return training.run_seeds(
         strategy,
         task,
@@ -92,17 +95,18 @@ def train_config_seeds(
         stream=stream,
         plot=plot,
         loggers=loggers,
-        **_loop_settings(config),
+        **_loop_settings(config, rundir.seed_dir(rundir.check_out(out), seeds[0])),
     )
 
 
-def _loop_settings(config: TrainConfig) -> dict:
-    """What ``training.run`` and ``training.run_seeds`` take from a config, besides the seed."""
+def _loop_settings(config: TrainConfig, run_dir: str) -> dict:
+    """What ``training.run`` and ``training.run_seeds`` take from a config, besides the seed;
+    the settings as the run in ``run_dir`` (a new one, or one to resume) records them."""
     loop = dataclasses.asdict(config.loop)
     del loop["seed"]  # run takes it on its own, run_seeds one per seed
     return {
         **loop,
-        "config": config.to_dict(),
+        "config": recorded(config, os.path.join(run_dir, rundir.CONFIG)),
         "title": f"{config.strategy.name} on {config.env.name} ({config.env.backend}), "
         f"P={config.strategy.population_size}",
     }
