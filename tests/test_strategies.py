@@ -350,6 +350,23 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_size=0), "elite_size"),
         (lambda: jaxes.sep_cma_es(8, sigma=0.0), "sigma"),
         (lambda: jaxes.sep_cma_es(8, learning_rate=-1.0), "learning_rate"),
+        (lambda: jaxes.pes(7), "^population_size: antithetic pairs need an even population"),
+        (
+            lambda: jaxes.pes(8, truncation_length=7),
+            "^truncation_length: 7 does not divide .*5 or 10",
+        ),
+        (lambda: jaxes.nres(8, 0.1, unroll_length=0), r"^unroll_length: expected an int >= 1"),
+        (
+            lambda: jaxes.nres(8, unroll_length=10, truncation_length=20),
+            r"^truncation_length: expected an int in \[1, 10\]",
+        ),
+        (
+            lambda: jaxes.pes(8, sigma=optax.exponential_decay(0.1, 1, 0.9)),
+            "^sigma: pes keeps one σ for a whole unroll",
+        ),
+        (lambda: jaxes.nres(8, sigma=0.0), "^sigma: expected a finite number > 0"),
+        (lambda: jaxes.nres(8, learning_rate=-1.0), "^learning_rate: expected a finite number"),
+        (lambda: jaxes.pes(8, noise="lowrank"), r"^noise: 'lowrank\(r=1\)' .* not Gaussian"),
         (lambda: jaxes.snes(8, temperature=-1.0), "^temperature: expected a finite number > 0"),
         (
             lambda: jaxes.snes(8, temperature=30.0, fitness_shaping="centered_rank"),

@@ -75,3 +75,28 @@ def check_int(name: str, value, low: int, high: int | None = None) -> int:
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"{name}: expected an int {allowed}, got {value!r}")
     return int(value)
+
+
+def check_truncations(unroll_length, truncation_length) -> int:
+    """How many truncations of ``truncation_length`` inner steps make an unroll of
+    ``unroll_length`` (``T / K``, an int >= 1): both static ints >= 1, ``K`` a divisor of ``T``
+    (each truncation runs exactly ``K`` steps, so an unroll ends at a truncation's end).
+
+    Example:
+      >>> check_truncations(100, 10)
+      10
+      >>> check_truncations(100, 7)
+      Traceback (most recent call last):
+        ...
+      ValueError: truncation_length: 7 does not divide unroll_length 100 (an unroll must end at a truncation's end); use a divisor of 100, e.g. 5 or 10
+    """  # noqa: E501
+    t = check_int("unroll_length", unroll_length, 1)
+    k = check_int("truncation_length", truncation_length, 1, t)
+    if t % k:
+        below = max(d for d in range(1, k) if t % d == 0)
+        above = min(d for d in range(k + 1, t + 1) if t % d == 0)
+        raise ValueError(
+            f"truncation_length: {k} does not divide unroll_length {t} (an unroll must end at "
+            f"a truncation's end); use a divisor of {t}, e.g. {below} or {above}"
+        )
+    return t // k

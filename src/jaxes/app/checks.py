@@ -48,6 +48,9 @@ def is_int(value) -> bool:
 SCHEDULED = {"sigma": ("open_es", "ars"), "learning_rate": ("open_es", "ars")}
 DECAYS = {f"{name}_decay": name for name in SCHEDULED}
 LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
+# Strategies for unrolled meta-problems (a task that carries each member's inner state from
+# one truncation to the next): no env of jaxes train is one, so the command refuses them.
+UNROLLED = ("pes", "nres")
 # Settings only some strategies take; any other strategy refuses them, naming the ones that do.
 OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
 
@@ -69,8 +72,9 @@ def takes(strategy: str, setting: str) -> bool:
 
 
 def takers(setting: str) -> list[str]:
-    """The strategies that take ``setting`` (``takes``)."""
-    return [name for name in STRATEGIES if takes(name, setting)]
+    """The strategies ``jaxes train`` runs (not ``UNROLLED``'s) that take ``setting``
+    (``takes``)."""
+    return [name for name in STRATEGIES if name not in UNROLLED and takes(name, setting)]
 
 
 def check_number(name: str, value, low: float, inclusive: bool) -> float:
@@ -147,6 +151,12 @@ def check_strategy_config(config) -> None:
     """The strategy's settings: each one it takes in range, none it does not take."""
     if config.name not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {config.name!r}; allowed: {sorted(STRATEGIES)}")
+    if config.name in UNROLLED:
+        raise ConfigError(
+            f"strategy: {config.name} estimates gradients of unrolled meta-problems, whose "
+            "inner states carry over between generations (jaxes.tasks.unrolled); the envs "
+            f"jaxes train runs are episodes with none, so call jaxes.{config.name} from Python"
+        )
     if not is_int(config.population_size) or config.population_size < 2:
         raise ConfigError(f"population_size: expected an int >= 2, got {config.population_size!r}")
     if not is_int(config.noise_rank) or config.noise_rank < 1:

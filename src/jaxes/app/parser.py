@@ -32,9 +32,7 @@ def _default_text(field: str) -> str:
         return "the env's preset, see below"
     if field == "fitness_shaping":
         return ", ".join(
-            f"{name} {checks.strategy_default(name, field)}"
-            for name in STRATEGIES
-            if checks.takes(name, field)
+            f"{name} {checks.strategy_default(name, field)}" for name in checks.takers(field)
         )
     value = FIELD_DEFAULTS[field]
     return "none" if value is None else str(value)
@@ -95,7 +93,12 @@ TRAIN_FLAGS = [
         "physics backend (Brax): generalized, positional, spring or mjx",
     ),
     ("--episode-length", "episode_length", int, "steps per episode"),
-    ("--strategy", "strategy", str, "evolution strategy: " + ", ".join(STRATEGIES)),
+    (
+        "--strategy",
+        "strategy",
+        str,
+        "evolution strategy: " + ", ".join(n for n in STRATEGIES if n not in checks.UNROLLED),
+    ),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
     ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
     (

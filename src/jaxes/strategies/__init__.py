@@ -32,7 +32,9 @@ from collections.abc import Callable
 from jaxes.strategies.ars import ARSState, ars
 from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.cma_es import CMAState, cma_es
+from jaxes.strategies.nres import NRESState, nres
 from jaxes.strategies.open_es import OpenESState, open_es
+from jaxes.strategies.pes import PESState, pes
 from jaxes.strategies.pgpe import PGPEState, pgpe
 from jaxes.strategies.sep_cma_es import SepCMAState, sep_cma_es
 from jaxes.strategies.snes import SNESState, snes
@@ -50,6 +52,8 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "sep_cma_es": sep_cma_es,
     "cma_es": cma_es,
     "xnes": xnes,
+    "pes": pes,
+    "nres": nres,
 }
 
 __all__ = [
@@ -57,8 +61,10 @@ __all__ = [
     "ARSState",
     "CMAState",
     "BestMember",
+    "NRESState",
     "EstimateStats",
     "OpenESState",
+    "PESState",
     "PGPEState",
     "SNESState",
     "SepCMAState",
@@ -68,7 +74,9 @@ __all__ = [
     "ars",
     "centre",
     "cma_es",
+    "nres",
     "open_es",
+    "pes",
     "pgpe",
     "sep_cma_es",
     "snes",

@@ -56,6 +56,9 @@ class Rule(NamedTuple):
       write: ``write(state, estimate, applied) -> (params, state, step_norm)``, in place of
         ``update`` when the direction has ``jaxes.factored.lowrank.LowRank`` leaves: θ and the
         own fields written once each, unchanged where not ``applied``, or ``None``.
+      ask_key: ``ask_key(state, key) -> key``: the (threefry) key ``ask`` draws its population
+        from, given the state ``ask`` was handed and ``ask``'s own key; ``None``: that key
+        (NRES keeps one key, so one noise, for every truncation of an unroll).
     """
 
     init: Callable[[Any], tuple[dict, Any]]
@@ -64,6 +67,7 @@ class Rule(NamedTuple):
     update: Callable[[Any, Any], tuple[Any, Any]]
     finish: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
     write: Callable[[Any, Any, jax.Array], tuple[Any, Any, jax.Array]] | None = None
+    ask_key: Callable[[Any, jax.Array], jax.Array] | None = None
 
 
 class Sampler(Protocol):
@@ -137,18 +141,23 @@ def build(
         estimate=estimate,
         population_size=p,
         traits=StrategyTraits(name, sampler.antithetic, rank_based),
-        **_members(sampler, rule.scale, check),
+        **_members(sampler, rule.scale, check, rule.ask_key),
     )
 
 
-def _members(sampler: Sampler, scale_of: Callable, check: Callable) -> dict:
+def _members(
+    sampler: Sampler, scale_of: Callable, check: Callable, ask_key: Callable | None = None
+) -> dict:
     """``ask``, ``member``, ``members``, ``perturbation``, ``best_params`` and ``eval_chunk``:
     the population the state's key and ``scale_of(state)`` describe, whole or in parts, and
-    the best member's, from its recipe."""
+    the best member's, from its recipe; ``ask`` keeps the key ``ask_key`` picks (``Rule``)."""
     p = sampler.population_size
 
     def ask(key, state):
-        state = state.replace(key=noise_lib.noise_key(key), pending=jnp.ones((), bool))
+        key = noise_lib.noise_key(key)
+        if ask_key is not None:
+            key = ask_key(state, key)
+        state = state.replace(key=key, pending=jnp.ones((), bool))
         return sampler.population(state, scale_of(state)), state
 
     def member(state, i):
