@@ -10,8 +10,8 @@ whole unroll at ``θ_t + σε_i``. A truncation's estimate is OpenAI-ES's with t
 
 a centre-of-mass displacement of the members evaluated. Since every step of the unroll so far
 saw the same ``ε_i``, ``E[g]`` is the gradient of the truncation's loss through the whole
-history, as PES's is, with no sums kept (docs/maths.md); its variance does not grow with the
-truncations told, where PES's sums do.
+history, as PES's is, with no sums kept (docs/maths.md), whose size grows with the
+truncations told.
 
 The noise is kept as its key: ``ask`` keeps the unroll's key (``Rule.ask_key``, the one thing
 the strategy core gained for NRES: a core ``ask`` always took its own key) and draws the same
