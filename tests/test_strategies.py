@@ -119,6 +119,9 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     elif name == "xnes":  # Σ u_i δ_i = P m̄ (M - c); the step is η_μ = 1 times it
         close(flat(direction), P * mean_mass * (com - cen), "xNES direction")
         close(step, P * mean_mass * (com - cen), "xNES step")
+    elif name == "cr_fm_nes":  # Σ w_i δ_i = P m̄ (M - c) (P m̄ = 1); the step is η_m = 1 times it
+        close(flat(direction), P * mean_mass * (com - cen), "CR-FM-NES direction")
+        close(step, P * mean_mass * (com - cen), "CR-FM-NES step")
     else:  # open_es: (m̄/σ²)(M - c)
         close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
 
@@ -132,6 +135,7 @@ SGD = {
     "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, learning_rate=0.05),
     "cma_es": lambda: jaxes.cma_es(P, 0.3, learning_rate=0.05),
     "xnes": lambda: jaxes.xnes(P, 0.3, learning_rate=0.05),
+    "cr_fm_nes": lambda: jaxes.cr_fm_nes(P, 0.3, learning_rate=0.05),
 }
 
 
@@ -184,6 +188,9 @@ def test_mean_update_equals_the_paper_formula(sampled):
         close(step, w @ (pop - theta[None]), "CMA-ES recombination")
     elif name == "xnes":  # Glasmachers et al.: μ += η_μ σ B Σ u_i z_i = Σ u_i (x_i - m)
         close(step, snes_utilities(fitness) @ (pop - theta[None]), "xNES mean update")
+    elif name == "cr_fm_nes":  # Nomura & Ono: m += η_m Σ w_i (x_i - m), w rank or distance
+        expected, _ = cr_fm_nes_reference(state, pop, fitness)
+        close(step, expected["params"] - theta, "CR-FM-NES mean update")
     else:  # OpenAI-ES: (1/(Pσ)) Σ (w_i - w̄) ε_i
         testing.assert_update_matches_classical(es, PARAMS, fitness_fn, jax.random.key(5))
 
@@ -255,6 +262,8 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
         check_cma_update(state, pop, fitness, new_state)
     elif name == "xnes":
         check_xnes_update(state, pop, fitness, new_state)
+    elif name == "cr_fm_nes":
+        check_cr_fm_nes_update(state, pop, fitness, new_state)
     else:  # a fixed σ is a setting, not state
         assert "sigma" not in own_fields(type(new_state))
 
@@ -275,7 +284,7 @@ def test_best_params_rebuild_the_best_member_told(name):
         fitness = jax.vmap(fitness_fn)(population) + 100.0 * g
         state, _ = es.tell(state, fitness)
     i = int(jnp.argmax(fitness))
-    tol = 1e-6 if name in ("cma_es", "xnes") else 0.0
+    tol = 1e-6 if name in ("cma_es", "xnes", "cr_fm_nes") else 0.0
     for got, told in zip(
         jax.tree.leaves(es.best_params(state)), jax.tree.leaves(population), strict=True
     ):
@@ -375,6 +384,12 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
         (lambda: jaxes.sep_cma_es(8, elite_ratio=0.0), "^elite_ratio: expected a finite number"),
         (lambda: jaxes.cma_es(8, elite_size=2, elite_ratio=0.25), "^elite_size, elite_ratio"),
+        (lambda: jaxes.cr_fm_nes(7), r"^population_size: cr_fm_nes needs an even population"),
+        (lambda: jaxes.cr_fm_nes(1), r"^population_size: expected an int >= 2"),
+        (lambda: jaxes.cr_fm_nes(8, sigma=0.0), "^sigma: expected a finite number > 0"),
+        (lambda: jaxes.cr_fm_nes(8, sigma=lambda g: 0.1), "^sigma: cr_fm_nes adapts σ itself"),
+        (lambda: jaxes.cr_fm_nes(8, learning_rate=0.0), "^learning_rate: expected a finite"),
+        (lambda: jaxes.cr_fm_nes(8, sigma_floor=-1.0), "^sigma_floor: expected a finite"),
     ],
 )
 def test_bad_settings_name_the_argument(make, message):
@@ -382,7 +397,7 @@ def test_bad_settings_name_the_argument(make, message):
         make()
 
 
-@pytest.mark.parametrize("name", ["pgpe", "snes", "ars", "sep_cma_es"])
+@pytest.mark.parametrize("name", ["pgpe", "snes", "ars", "sep_cma_es", "cr_fm_nes"])
 def test_nan_fitness_ranks_worst_and_never_reaches_the_params(name):
     es = STRATEGIES[name]()
     state = es.init(jax.random.key(0), PARAMS)
@@ -486,6 +501,85 @@ def test_xnes_takes_each_learning_rate_for_its_own_quantity():
     pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
     fitness = np.asarray(fitness, np.float64)
     check_xnes_update(state, pop, fitness, new_state, eta_sigma=0.4, eta_b=0.03)
+
+
+def cr_fm_nes_reference(state, pop, fitness):
+    """Nomura & Ono (2022), one CR-FM-NES generation in float64 NumPy from the explicit
+    population (columns, best first), with the paper's constants written out here."""
+    from scipy.optimize import brentq
+
+    m, sigma = flat(state.params), float(state.sigma)
+    d, lam = m.size, len(fitness)
+    D, v = (np.asarray(getattr(state, f), np.float64) for f in ("diagonal", "v"))
+    x = pop[np.argsort(-fitness, kind="stable")].T
+    y = (x - m[:, None]) / (sigma * D[:, None])
+    root = np.eye(d) + (math.sqrt(1 + v @ v) - 1) * np.outer(v, v) / (v @ v)  # (I + vvᵀ)^½
+    z = np.linalg.solve(root, y)
+    w_hat = np.maximum(0.0, math.log(lam / 2 + 1) - np.log(np.arange(1, lam + 1)))
+    w_rank = w_hat / w_hat.sum() - 1 / lam
+    mu_eff = 1 / np.sum((w_rank + 1 / lam) ** 2)
+    c_s, c_c = (mu_eff + 2) / (d + mu_eff + 5), (4 + mu_eff / d) / (d + 4 + 2 * mu_eff / d)
+    c_1 = 2 / ((d + 1.3) ** 2 + mu_eff) * (d - 5) / 6
+    chi = math.sqrt(d) * (1 - 1 / (4 * d) + 1 / (21 * d * d))
+    ps = (1 - c_s) * np.asarray(state.path_sigma) + math.sqrt(c_s * (2 - c_s) * mu_eff) * z @ w_rank
+    h_inv = brentq(lambda a: (1 + a * a) * math.exp(a * a / 2) / 0.24 - 10 - d, 0.0, 10.0)
+    w_dist = w_hat * np.exp(h_inv * min(1, math.sqrt(lam / d)) * np.linalg.norm(z, axis=0))
+    moving = np.linalg.norm(ps) >= chi
+    w = w_dist / w_dist.sum() - 1 / lam if moving else w_rank
+    if moving:
+        eta_sigma = 1.0
+    elif np.linalg.norm(ps) >= 0.1 * chi:
+        eta_sigma = math.tanh((0.024 * lam + 0.7 * d + 20) / (d + 12))
+    else:
+        eta_sigma = 2 * math.tanh((0.025 * lam + 0.75 * d + 10) / (d + 4))
+    wxm = (x - m[:, None]) @ w
+    pc = (1 - c_c) * np.asarray(state.path_c) + math.sqrt(c_c * (2 - c_c) * mu_eff) * wxm / sigma
+    # The natural gradient of (v, D): columns y_1..y_λ and p_c / D, the paper's s and t.
+    ys = np.column_stack([y, pc / D])
+    n2 = v @ v
+    vb = v / math.sqrt(n2)
+    vv, g = vb**2, 1 + n2
+    a = min(1.0, math.sqrt(n2**2 + (2 * g - math.sqrt(g)) / vv.max()) / (2 + n2))
+    ip = vb @ ys
+    t = ys * ip - np.outer(vb, ip**2 + g) / 2
+    b = -(1 - a * a) * n2**2 / g + 2 * a * a
+    h = 2 - (b + 2 * a * a) * vv
+    s = ys**2 - n2 / g * ys * vb[:, None] * ip - 1
+    s -= a / g * ((2 + n2) * t * vb[:, None] - n2 * np.outer(vv, vb @ t))
+    hv = vv / h
+    s = s / h[:, None] - b / (1 + b * hv @ vv) * np.outer(hv, hv @ s)
+    t -= a * ((2 + n2) * s * vb[:, None] - np.outer(vb, vv @ s))
+    eta_b = math.tanh((min(0.02 * lam, 3 * math.log(d)) + 5) / (0.23 * d + 25))
+    rates = np.append(eta_b * w, c_1)
+    v_new = v + t @ rates / math.sqrt(n2)
+    D_new = D * (1 + s @ rates)
+    D_new /= math.exp(np.mean(np.log(D_new)) + math.log(1 + v_new @ v_new) / (2 * d))
+    sigma_new = sigma * math.exp(eta_sigma / 2 * np.sum((z**2 - 1) @ w) / d)
+    return dict(
+        params=m + wxm, sigma=sigma_new, diagonal=D_new, v=v_new, path_sigma=ps, path_c=pc
+    ), moving
+
+
+def check_cr_fm_nes_update(state, pop, fitness, new_state):
+    expected, moving = cr_fm_nes_reference(state, pop, fitness)
+    for name, value in expected.items():
+        close(flat(getattr(new_state, name)), value, f"CR-FM-NES {name}", rtol=1e-3)
+    return moving
+
+
+@pytest.mark.parametrize("path", [10.0, 0.0])
+def test_cr_fm_nes_takes_the_distance_weights_only_while_p_sigma_is_long(path):
+    """‖p_σ‖ ≥ χ_d (moving): distance weights and η_σ = 1; else the rank weights."""
+    es = STRATEGIES["cr_fm_nes"]()
+    state = es.init(jax.random.key(0), PARAMS)
+    population, state = es.ask(jax.random.key(99), state)
+    state = state.replace(path_sigma=jnp.full_like(state.path_sigma, path))
+    fitness = jax.vmap(fitness_fn)(population)
+    new_state, _ = jax.jit(es.tell)(state, fitness)
+    pop = np.stack([flat(jax.tree.map(lambda x, i=i: x[i], population)) for i in range(P)])
+    assert check_cr_fm_nes_update(state, pop, np.asarray(fitness, np.float64), new_state) == (
+        path > 0
+    )
 
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)

@@ -85,13 +85,13 @@ def test_assertions_catch_broken_strategies():
 
 
 # Which check applies to which strategy (the table in jaxes.testing's docstring).
-FULL = ("cma_es", "xnes")
+FULL = ("cma_es", "xnes", "cr_fm_nes")  # members m + σ A z on the flattened params
 APPLIES = {
     "assert_update_matches_classical": {"open_es"},
     "assert_moments_match_population": {"open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL},
     "assert_shift_and_scale_invariant": {"open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL},
     "assert_monotone_invariant": {"open_es", "pgpe", "snes", "sep_cma_es", *FULL},
-    "assert_antithetic_centroid_on_model": {"open_es", "pgpe", "ars"},
+    "assert_antithetic_centroid_on_model": {"open_es", "pgpe", "ars", "cr_fm_nes"},
 }
 
 

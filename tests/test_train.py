@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from jaxes.app.build import build
 from jaxes.app.checks import strategy_default
 from jaxes.app.config import TrainConfig
 from jaxes.step import generation_step
+from jaxes.strategies import STRATEGIES
 
 TINY = dict(
     episode_length=100,
@@ -195,14 +197,26 @@ def test_the_full_covariance_strategies_build_and_trace_a_brax_generation(name):
     assert matrix.shape == (d, d)
 
 
+def test_cr_fm_nes_builds_and_traces_a_brax_generation_with_an_o_of_d_state():
+    """``--strategy cr_fm_nes``: σ, D, v and the paths are scalars or d-vectors."""
+    config = TrainConfig.make(**{**TINY, "strategy": "cr_fm_nes"})
+    strategy, task = build(config)
+    assert strategy.traits.name == "cr_fm_nes" and strategy.traits.antithetic
+    state = jax.eval_shape(lambda: training.init_state(strategy, task, seed=0))
+    after, metrics = jax.eval_shape(generation_step(strategy, task), state)
+    d = sum(x.size for x in jax.tree.leaves(state.strategy_state.params))
+    own = after.strategy_state
+    assert own.sigma.shape == () and own.v.shape == own.diagonal.shape == (d,)
+    assert "fitness_mean" in metrics
+
+
 @pytest.mark.parametrize(
     "changes, match",
     [
         ({"checkpoint_every": 7}, r"checkpoint_every: must be a multiple of eval_every \(5\)"),
         (
             {"strategy": "cma"},
-            r"strategy: unknown 'cma'; allowed: \['ars', 'cma_es', 'open_es', 'pgpe', "
-            r"'sep_cma_es', 'snes', 'xnes'\]",
+            re.escape(f"strategy: unknown 'cma'; allowed: {sorted(STRATEGIES)}"),
         ),
         ({"generations": 0}, r"generations: expected an int >= 1, got 0"),
     ],

@@ -64,6 +64,7 @@ from jaxes.shaping import centered_rank, raw, z_score
 from jaxes.strategies import (
     ARSState,
     CMAState,
+    CRFMNESState,
     NRESState,
     OpenESState,
     PESState,
@@ -76,6 +77,7 @@ from jaxes.strategies import (
     ars,
     centre,
     cma_es,
+    cr_fm_nes,
     nres,
     open_es,
     pes,
@@ -94,6 +96,7 @@ __version__ = importlib.metadata.version("jaxes")
 __all__ = [
     "ARSState",
     "CMAState",
+    "CRFMNESState",
     "NRESState",
     "PESState",
     "PGPEState",
@@ -113,6 +116,7 @@ __all__ = [
     "centre",
     "classical_estimator",
     "cma_es",
+    "cr_fm_nes",
     "displacement_update",
     "evaluate",
     "nres",

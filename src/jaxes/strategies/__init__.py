@@ -32,6 +32,7 @@ from collections.abc import Callable
 from jaxes.strategies.ars import ARSState, ars
 from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.cma_es import CMAState, cma_es
+from jaxes.strategies.cr_fm_nes import CRFMNESState, cr_fm_nes
 from jaxes.strategies.nres import NRESState, nres
 from jaxes.strategies.open_es import OpenESState, open_es
 from jaxes.strategies.pes import PESState, pes
@@ -52,6 +53,7 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "sep_cma_es": sep_cma_es,
     "cma_es": cma_es,
     "xnes": xnes,
+    "cr_fm_nes": cr_fm_nes,
     "pes": pes,
     "nres": nres,
 }
@@ -60,6 +62,7 @@ __all__ = [
     "STRATEGIES",
     "ARSState",
     "CMAState",
+    "CRFMNESState",
     "BestMember",
     "NRESState",
     "EstimateStats",
@@ -74,6 +77,7 @@ __all__ = [
     "ars",
     "centre",
     "cma_es",
+    "cr_fm_nes",
     "nres",
     "open_es",
     "pes",

@@ -5,10 +5,12 @@ the members the last ``ask`` drew, which a strategy's ``estimate`` reads in both
   recipe (``Perturbations``) and ``scale`` σ or a σ per coordinate: OpenAI-ES, PGPE, SNES,
   ARS, sep-CMA-ES. ``tell`` rebuilds the population's moments from the noise.
 - ``FullSampler``: member ``i`` is ``m + σ A z_i`` on the *flattened* params, ``scale = (σ, A)``
-  with a ``d × d`` matrix ``A``: CMA-ES, xNES. ``z_i`` is drawn from the ``ask`` key and the
-  index alone (threefry: drawn alone it is bit-identical to its row), so ``tell`` rebuilds
-  every ``z_i``; the product ``A z_i`` rounds as its batch does, so a member built alone can
-  differ from its row of ``ask``'s population in the last bit.
+  with a ``d × d`` matrix ``A`` (CMA-ES, xNES) or a transform kept as its parts, with
+  ``times`` and ``solve`` (``RestrictedShape``: ``D (I + v vᵀ)^{1/2}``, CR-FM-NES). ``z_i``
+  is drawn from the ``ask`` key and the index alone (threefry: drawn alone it is
+  bit-identical to its row), or with antithetic pairs ``z_{2k+1} = -z_{2k}`` from index
+  ``k``, so ``tell`` rebuilds every ``z_i``; the product ``A z_i`` rounds as its batch does,
+  so a member built alone can differ from its row of ``ask``'s population in the last bit.
 
 Every member is a pure function of the state, the key and its index.
 """
@@ -89,6 +91,47 @@ def check_dimension(master, strategy: str, budget: int) -> tuple[int, Any]:
             f"for this many parameters, or raise covariance_budget"
         )
     return d, dtype
+
+
+class RestrictedShape(NamedTuple):
+    """``A = diag(D) (I + v vᵀ)^{1/2}``, the square root of CR-FM-NES's covariance
+    ``D (I + v vᵀ) D`` (times σ²), kept as its two vectors: O(d) memory.
+
+    With ``s = √(1 + ‖v‖²)``, ``(I + v vᵀ)^{1/2} = I + v vᵀ/(1 + s)`` (its square is
+    ``I + v vᵀ``) and its inverse is ``I - v vᵀ/(s (1 + s))``; neither divides by ``‖v‖``, so
+    ``v = 0`` (a best-member recipe before any ``tell``) gives ``A = diag(D)``.
+
+    Example:
+      >>> a = RestrictedShape(jnp.array([1.0, 2.0]), jnp.array([0.0, 1.0]))
+      >>> y = a.times(jnp.array([1.0, 1.0]))
+      >>> [round(x, 4) for x in y.tolist()], [round(x, 4) for x in a.solve(y).tolist()]
+      ([1.0, 2.8284], [1.0, 1.0])
+    """
+
+    diagonal: jax.Array
+    v: jax.Array
+
+    def _s(self) -> jax.Array:
+        return jnp.sqrt(1.0 + jnp.sum(jnp.square(self.v)))
+
+    def times(self, z: jax.Array) -> jax.Array:
+        """``A z`` for ``z`` of shape ``(..., d)``, row by row."""
+        along = jnp.sum(z * self.v, axis=-1, keepdims=True)
+        return self.diagonal * (z + along * self.v / (1.0 + self._s()))
+
+    def solve(self, y: jax.Array) -> jax.Array:
+        """``A⁻¹ y`` for ``y`` of shape ``(..., d)``."""
+        w = y / self.diagonal
+        s = self._s()
+        return w - jnp.sum(w * self.v, axis=-1, keepdims=True) * self.v / (s * (1.0 + s))
+
+
+def _times(a, z: jax.Array) -> jax.Array:
+    """``A z`` (rows of ``z``) for a matrix or a transform kept as its parts: a pytree with
+    ``times(z)`` and ``solve(y)`` on rows (``RestrictedShape``)."""
+    if hasattr(a, "times"):
+        return a.times(z)
+    return a @ z if z.ndim == 1 else z @ a.T
 
 
 def standard_normal(key: jax.Array, i, d: int, dtype) -> jax.Array:
@@ -180,11 +223,20 @@ class Diagonal:
 
 @dataclasses.dataclass(frozen=True)
 class FullSampler:
-    """Members ``m + σ A z_i`` on the flattened params, for ``scale = (σ, A)``: ``z_i`` from the
-    ``ask`` key and the index alone, so ``tell`` rebuilds every ``z_i`` (``told``)."""
+    """Members ``m + σ A z_i`` on the flattened params, for ``scale = (σ, A)`` (``A`` a matrix
+    or a transform with ``times`` and ``solve``, as ``RestrictedShape``): ``z_i`` from the
+    ``ask`` key and the index alone, so ``tell`` rebuilds every ``z_i`` (``told``); with
+    ``antithetic`` pairs ``z_{2k+1} = -z_{2k}`` (the population interleaved
+    ``+z_0, -z_0, +z_1, …``, as ``Diagonal``'s)."""
 
     population_size: int
     antithetic: bool = False
+
+    def _z(self, key, i, d: int, dtype) -> jax.Array:
+        if not self.antithetic:
+            return standard_normal(key, i, d, dtype)
+        sign = jnp.asarray(1 - 2 * (i % 2), dtype)
+        return sign * standard_normal(key, i // 2, d, dtype)
 
     def start(self, key, master):
         return None, noise_lib.noise_key(key)
@@ -202,7 +254,7 @@ class FullSampler:
     def _flat_displacement(self, state, i, scale) -> jax.Array:
         sigma, a = scale
         theta = flat(state.params)
-        return sigma * (a @ standard_normal(state.key, i, theta.shape[0], theta.dtype))
+        return sigma * _times(a, self._z(state.key, i, theta.shape[0], theta.dtype))
 
     def member(self, state, i, scale):
         x = flat(state.params) + self._flat_displacement(state, i, scale)
@@ -241,9 +293,11 @@ class FullSampler:
                 return flat(trees.cast_like(self.member(state, i, scale), state.params))
 
             y = (jax.vmap(evaluated)(index) - theta) / sigma
+            if hasattr(a, "solve"):
+                return Sample(a.solve(y), y)
             return Sample(jnp.linalg.solve(a, y.T).T, y)
-        z = jax.vmap(lambda i: standard_normal(state.key, i, theta.shape[0], theta.dtype))(index)
-        return Sample(z, z @ a.T)
+        z = jax.vmap(lambda i: self._z(state.key, i, theta.shape[0], theta.dtype))(index)
+        return Sample(z, _times(a, z))
 
 
 def diagonal(
