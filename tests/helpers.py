@@ -8,7 +8,18 @@ from collections.abc import Callable
 import jaxes
 from jaxes.types import Strategy
 
-STRATEGY_NAMES = ("ars", "cma_es", "cr_fm_nes", "open_es", "pgpe", "sep_cma_es", "snes", "xnes")
+STRATEGY_NAMES = (
+    "ars",
+    "cma_es",
+    "cr_fm_nes",
+    "ga",
+    "guided_es",
+    "open_es",
+    "pgpe",
+    "sep_cma_es",
+    "snes",
+    "xnes",
+)
 
 # A printed number: a float in any notation Python prints, or nan / ±inf (so a bad value is
 # read and fails the comparison that follows, not the parse).

@@ -30,6 +30,8 @@ STRATEGIES = strategies(
     ars=dict(learning_rate=0.05, top_k=5),
     sep_cma_es=dict(elite_size=6, learning_rate=0.7),
     open_es=dict(learning_rate=0.05),
+    guided_es=dict(learning_rate=0.05),
+    ga=dict(truncation=4),
 )
 
 
@@ -122,6 +124,12 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
     elif name == "cr_fm_nes":  # Σ w_i δ_i = P m̄ (M - c) (P m̄ = 1); the step is η_m = 1 times it
         close(flat(direction), P * mean_mass * (com - cen), "CR-FM-NES direction")
         close(step, P * mean_mass * (com - cen), "CR-FM-NES step")
+    elif name == "guided_es":  # β (m̄/σ²)(M - c) with β = 1: OpenAI-ES's, on its own members
+        close(flat(direction), mean_mass / 0.3**2 * (com - cen), "Guided ES direction")
+    elif name == "ga":  # no centre of mass: θ' is the best member, bit for bit
+        best = pop[int(np.argmax(fitness))]
+        np.testing.assert_array_equal(flat(new_state.params), best)
+        close(flat(direction), best - theta, "GA direction")
     else:  # open_es: (m̄/σ²)(M - c)
         close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
 
@@ -135,6 +143,7 @@ SGD = {
     "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, learning_rate=0.05),
     "cma_es": lambda: jaxes.cma_es(P, 0.3, learning_rate=0.05),
     "xnes": lambda: jaxes.xnes(P, 0.3, learning_rate=0.05),
+    "guided_es": lambda: jaxes.guided_es(P, 0.3, optimizer=optax.sgd(0.05)),
     "cr_fm_nes": lambda: jaxes.cr_fm_nes(P, 0.3, learning_rate=0.05),
 }
 
@@ -191,6 +200,15 @@ def test_mean_update_equals_the_paper_formula(sampled):
     elif name == "cr_fm_nes":  # Nomura & Ono: m += η_m Σ w_i (x_i - m), w rank or distance
         expected, _ = cr_fm_nes_reference(state, pop, fitness)
         close(step, expected["params"] - theta, "CR-FM-NES mean update")
+    elif name == "guided_es":  # Maheswaranathan et al.: β/(2σ²N) Σ_j (w⁺_j - w⁻_j) ε_j
+        w = np.asarray(jaxes.centered_rank(jnp.asarray(fitness)), np.float64)
+        eps = pop[0::2] - theta[None]
+        expected = (w[0::2] - w[1::2]) @ eps / (2 * 0.3**2 * (P // 2))
+        close(flat(direction), expected, "Guided ES estimate")
+    elif name == "ga":  # Such et al.: the best T = 4 members, best first, are the next parents
+        top = np.argsort(-fitness, kind="stable")[:4]
+        rows = [flat(jax.tree.map(lambda x, t=t: x[t], new_state.parents)) for t in range(4)]
+        np.testing.assert_array_equal(np.stack(rows), pop[top])
     else:  # OpenAI-ES: (1/(Pσ)) Σ (w_i - w̄) ε_i
         testing.assert_update_matches_classical(es, PARAMS, fitness_fn, jax.random.key(5))
 
@@ -384,6 +402,17 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
         (lambda: jaxes.sep_cma_es(8, elite_ratio=0.0), "^elite_ratio: expected a finite number"),
         (lambda: jaxes.cma_es(8, elite_size=2, elite_ratio=0.25), "^elite_size, elite_ratio"),
+        (lambda: jaxes.guided_es(8, alpha=1.5), r"^alpha: expected a number in \[0, 1\]"),
+        (lambda: jaxes.guided_es(8, alpha=-0.1), "^alpha: expected a finite number >= 0"),
+        (lambda: jaxes.guided_es(8, subspace_dims=0), "^subspace_dims: expected an int >= 1"),
+        (lambda: jaxes.guided_es(8, beta=0.0), "^beta: "),
+        (lambda: jaxes.guided_es(7), "^population_size: antithetic pairs"),
+        (lambda: jaxes.ga(8, truncation=9), r"^truncation: expected an int in \[1, 8\]"),
+        (lambda: jaxes.ga(8, truncation=0), r"^truncation: expected an int in \[1, 8\]"),
+        (lambda: jaxes.ga(8, truncation=2, elite_ratio=0.5), "^truncation, elite_ratio"),
+        (lambda: jaxes.ga(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
+        (lambda: jaxes.ga(8, noise="lowrank"), "^noise: ga mutates every parameter densely"),
+        (lambda: jaxes.ga(1), "^population_size: "),
         (lambda: jaxes.cr_fm_nes(7), r"^population_size: cr_fm_nes needs an even population"),
         (lambda: jaxes.cr_fm_nes(1), r"^population_size: expected an int >= 2"),
         (lambda: jaxes.cr_fm_nes(8, sigma=0.0), "^sigma: expected a finite number > 0"),

@@ -15,7 +15,8 @@ from jaxes.tasks.brax import envs as brax_envs
 from jaxes.training.settings import check_loop, check_stops
 
 LEARNING_RATE_MEANING = (
-    "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es"
+    "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es; "
+    "ga has none"
 )
 POLICIES = ("linear", "mlp", "vbn_mlp")
 # A gymnax env (jaxes.tasks.gymnax) also takes MinAtar's conv networks.
@@ -45,7 +46,10 @@ def is_int(value) -> bool:
 # schedule: σ where the strategy does not adapt it, and the step size of the optax optimizer
 # it builds (pgpe's ClipUp keeps no step count, the others' step sizes are not an optimizer's).
 # ``NAME_decay`` multiplies NAME by itself every generation, never below ``NAME_limit``.
-SCHEDULED = {"sigma": ("open_es", "ars"), "learning_rate": ("open_es", "ars")}
+SCHEDULED = {
+    "sigma": ("open_es", "ars", "guided_es", "ga"),
+    "learning_rate": ("open_es", "ars", "guided_es"),
+}
 DECAYS = {f"{name}_decay": name for name in SCHEDULED}
 LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
 # Strategies for unrolled meta-problems (a task that carries each member's inner state from
@@ -53,6 +57,12 @@ LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
 UNROLLED = ("pes", "nres")
 # Settings only some strategies take; any other strategy refuses them, naming the ones that do.
 OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
+# Strategies jaxes train cannot drive, and why (the config error's line).
+NOT_TRAINABLE = {
+    "guided_es": "guided_es searches along surrogate gradients the caller gives each "
+    "generation (jaxes.guide), and jaxes train has none to give; without one it is plain "
+    "antithetic ES (alpha = 1), so train open_es, or call jaxes.guided_es from Python",
+}
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -74,7 +84,11 @@ def takes(strategy: str, setting: str) -> bool:
 def takers(setting: str) -> list[str]:
     """The strategies ``jaxes train`` runs (not ``UNROLLED``'s) that take ``setting``
     (``takes``)."""
-    return [name for name in STRATEGIES if name not in UNROLLED and takes(name, setting)]
+    return [
+        name
+        for name in STRATEGIES
+        if name not in UNROLLED and name not in NOT_TRAINABLE and takes(name, setting)
+    ]
 
 
 def check_number(name: str, value, low: float, inclusive: bool) -> float:
@@ -151,6 +165,8 @@ def check_strategy_config(config) -> None:
     """The strategy's settings: each one it takes in range, none it does not take."""
     if config.name not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {config.name!r}; allowed: {sorted(STRATEGIES)}")
+    if config.name in NOT_TRAINABLE:
+        raise ConfigError(f"strategy: {NOT_TRAINABLE[config.name]}")
     if config.name in UNROLLED:
         raise ConfigError(
             f"strategy: {config.name} estimates gradients of unrolled meta-problems, whose "
@@ -172,8 +188,14 @@ def check_strategy_config(config) -> None:
             f"subspace_projection: unknown {config.subspace_projection!r}; allowed: "
             f"{list(subspace_lib.PROJECTIONS)}"
         )
-    for name in ("sigma", "learning_rate"):
-        check_number(name, getattr(config, name), 0, False)
+    check_number("sigma", config.sigma, 0, False)
+    if takes(config.name, "learning_rate"):
+        check_number("learning_rate", config.learning_rate, 0, False)
+    elif config.learning_rate is not None:  # ga: its θ is a member it selects, not a step
+        raise ConfigError(
+            f"learning_rate: {config.name} has no learning_rate setting; strategies with one: "
+            f"{takers('learning_rate')}"
+        )
     for name in OPTIONAL:
         if getattr(config, name) is not None and not takes(config.name, name):
             raise ConfigError(

@@ -85,7 +85,7 @@ class StrategyConfig:
     name: str
     population_size: int
     sigma: float
-    learning_rate: float
+    learning_rate: float | None
     l2_coeff: float | None
     fitness_shaping: str | None
     noise: str
@@ -309,8 +309,10 @@ def _filled(settings: dict) -> dict:
             settings[name] = strategy_default(strategy, name)
     if presets.is_gymnax(env) and settings.get("episode_length") is None:
         settings["episode_length"] = gymnax_episode_length(env)
-    for name, low, inclusive in (("sigma", 0, False), ("learning_rate", 0, False)):
-        settings[name] = check_number(name, settings.get(name), low, inclusive)
+    settings["sigma"] = check_number("sigma", settings.get("sigma"), 0, False)
+    if takes(strategy, "learning_rate"):  # ga has none: check_strategy_config names one given
+        rate = settings.get("learning_rate")
+        settings["learning_rate"] = check_number("learning_rate", rate, 0, False)
     if settings.get("l2_coeff") is not None and takes(strategy, "l2_coeff"):
         settings["l2_coeff"] = check_number("l2_coeff", settings["l2_coeff"], 0, True)
     for name in OPTIONAL_NUMBERS:  # a TOML's `temperature = 30` is recorded as 30.0

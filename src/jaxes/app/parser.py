@@ -138,7 +138,7 @@ TRAIN_FLAGS = [
         "--elite-ratio",
         "elite_ratio",
         float,
-        "share r of the population recombined, μ = max(1, floor(r·P)) "
+        "share r of the population recombined (ga: kept as parents), μ = max(1, floor(r·P)) "
         f"({_strategies('elite_ratio')})",
     ),
     ("--l2-coeff", "l2_coeff", float, "L2 penalty on the parameters (open_es)"),

@@ -33,6 +33,8 @@ from jaxes.strategies.ars import ARSState, ars
 from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.cma_es import CMAState, cma_es
 from jaxes.strategies.cr_fm_nes import CRFMNESState, cr_fm_nes
+from jaxes.strategies.ga import GAState, ga
+from jaxes.strategies.guided_es import GuidedESState, guide, guided_es
 from jaxes.strategies.nres import NRESState, nres
 from jaxes.strategies.open_es import OpenESState, open_es
 from jaxes.strategies.pes import PESState, pes
@@ -44,7 +46,7 @@ from jaxes.strategies.xnes import XNESState, xnes
 from jaxes.types import Strategy
 
 # The factories by name; each takes (population_size, sigma, learning_rate=...) with
-# ``learning_rate`` the mean's step size.
+# ``learning_rate`` the mean's step size, except ``ga``, whose θ is a member it selects.
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "open_es": open_es,
     "pgpe": pgpe,
@@ -56,12 +58,16 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "cr_fm_nes": cr_fm_nes,
     "pes": pes,
     "nres": nres,
+    "guided_es": guided_es,
+    "ga": ga,
 }
 
 __all__ = [
     "STRATEGIES",
     "ARSState",
     "CMAState",
+    "GAState",
+    "GuidedESState",
     "CRFMNESState",
     "BestMember",
     "NRESState",
@@ -77,6 +83,9 @@ __all__ = [
     "ars",
     "centre",
     "cma_es",
+    "ga",
+    "guide",
+    "guided_es",
     "cr_fm_nes",
     "nres",
     "open_es",

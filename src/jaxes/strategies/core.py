@@ -50,6 +50,8 @@ class Rule(NamedTuple):
         ``population`` is the ``samplers.Population`` the last ``ask`` drew.
       update: ``update(state, estimate) -> (step, state)``: the change of θ (a pytree like the
         params) and the state with its own fields new; it runs only when the update applies.
+        ``None`` for a rule whose ``write`` always writes θ (``ga``: its next θ is a member it
+        selects, which ``θ + step`` would round).
       finish: ``finish(told, state, info) -> (state, info)``, run at the end of every ``tell``
         with the state it was given and the new one (CMA-ES and xNES: the fitness history and
         the termination criteria), or ``None``.
@@ -64,7 +66,7 @@ class Rule(NamedTuple):
     init: Callable[[Any], tuple[dict, Any]]
     scale: Callable[[Any], Any]
     estimate: Callable[[Any, jax.Array, Population], Estimate]
-    update: Callable[[Any, Any], tuple[Any, Any]]
+    update: Callable[[Any, Any], tuple[Any, Any]] | None
     finish: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
     write: Callable[[Any, Any, jax.Array], tuple[Any, Any, jax.Array]] | None = None
     ask_key: Callable[[Any, jax.Array], jax.Array] | None = None
@@ -120,7 +122,8 @@ def build(
         est = estimate_all(state, fitness)
         leaves = jax.tree.leaves(est.direction, is_leaf=low_rank.is_factored)
         write = None
-        if rule.write is not None and any(map(low_rank.is_factored, leaves)):
+        factored = any(map(low_rank.is_factored, leaves))
+        if rule.write is not None and (rule.update is None or factored):
             write = functools.partial(rule.write, state, est)
         new_state, info = _tell.finish_tell(
             state,
