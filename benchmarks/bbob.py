@@ -50,7 +50,14 @@ criteria fire, every restart from x0 drawn uniformly in [-4, 4]^d, everything in
                evosax's own `IPOPRestart.should_restart` with `stop_criteria=(cma_cond,
                spread_cond)` and its default `IPOPRestartParams` (at least 50 generations,
                tol_x 1e-12, tol_x_up 1e4, condition 1e14, spread 1e-12) says so.
-
+  jaxes-ma     the same `ipop` around `jaxes.ma_es(λ, 2)`, its `tell` wrapped as jaxes-sep's to
+               report the same criteria on `C = M Mᵀ` (axes and lengths from the SVD of M).
+  jaxes-lm-ma  the same around `jaxes.lm_ma_es(λ, 2)` (m = 4 + ⌊3 ln d⌋ vectors), the criteria
+               on `C = T Tᵀ` with its transform T written out (d is small here).
+  evosax-ma    evosax 0.3.2 `MA_ES(λ, ...)` and `LM_MA_ES(λ, ...)` with `std_init` = 2 (their
+  evosax-lm-ma defaults otherwise) in this script's IPOP loop; evosax's `cma_cond` reads a `C`
+               their states do not have, so a run stops on the same criteria as jaxes-ma and
+               jaxes-lm-ma, computed from evosax's own `M` (LM: its vectors in use).
 A run of jaxes or evosax ends before a generation that would pass the budget; pycma stops
 after the generation that reaches it (it can overrun by less than λ). The summary counts only
 evaluations up to each budget, so overruns do not count.
@@ -62,6 +69,10 @@ Run (docs/benchmarks.md has the commands behind its numbers and their wall times
   .venv/bin/python benchmarks/bbob.py postprocess
   .venv/bin/python benchmarks/bbob.py speed
   .venv/bin/python benchmarks/bbob.py all --quick         # the three at tiny sizes (~1 min)
+  .venv/bin/python benchmarks/bbob.py experiment --tag ma --dims 10 --budget 10000 \
+      --functions 1,2,8,10,11,12,14,15 --instances 1-2 \
+      --optimizers jaxes-ma jaxes-lm-ma evosax-ma evosax-lm-ma pycma
+  .venv/bin/python benchmarks/bbob.py postprocess --tag ma --no-cocopp   # bbob_ma.json
 f* comes from `jaxes.tasks.bbob.problem(f, d, i).f_opt` (the same instance data as cocoex).
 A `--quick` run writes under benchmarks/results/bbob_quick/ and bbob_quick*.json and leaves
 docs/ alone. Needs cocoex, cocopp (and `six`, which cocopp 2.9 imports), cma and evosax 0.3.2.
@@ -104,13 +115,27 @@ FINAL_TARGET = 1e-8
 TARGET_EXPONENTS = np.round(np.arange(2.0, -8.0 - 1e-9, -0.2), 1)  # 51 targets, 10^2 .. 10^-8
 TARGETS = 10.0**TARGET_EXPONENTS
 BUDGET_MULTIPLES = (10, 100, 1000)  # the summary's budgets, in evaluations / d
-OPTIMIZERS = ("jaxes-cma", "jaxes-sep", "jaxes-xnes", "pycma", "evosax-cma")
+OPTIMIZERS = (
+    "jaxes-cma",
+    "jaxes-sep",
+    "jaxes-xnes",
+    "jaxes-ma",
+    "jaxes-lm-ma",
+    "pycma",
+    "evosax-cma",
+    "evosax-ma",
+    "evosax-lm-ma",
+)
 LABELS = {
     "jaxes-cma": "jaxes cma_es",
     "jaxes-sep": "jaxes sep_cma_es",
     "jaxes-xnes": "jaxes xnes",
+    "jaxes-ma": "jaxes ma_es",
+    "jaxes-lm-ma": "jaxes lm_ma_es",
     "pycma": "pycma",
     "evosax-cma": "evosax CMA_ES",
+    "evosax-ma": "evosax MA_ES",
+    "evosax-lm-ma": "evosax LM_MA_ES",
 }
 PACKAGES = ("jax", "jaxlib", "cma", "coco-experiment", "cocopp", "evosax")
 
@@ -121,8 +146,33 @@ SPEED_QUICK = {"lams": [16, 64], "dims": [10], "functions": [1], "gens": 20}
 SPEED_MIN_SECONDS = 1.0  # each side is timed over at least this long (median per call)
 
 
-def out_dir(quick: bool) -> Path:
-    return RESULTS / ("bbob_quick" if quick else "bbob")
+def installed(packages) -> list[str]:
+    """The `packages` this environment has (cocopp is only needed by `postprocess`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in packages:
+        try:
+            version(name)
+        except PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
+
+
+def out_dir(quick: bool, tag: str | None = None) -> Path:
+    """benchmarks/results/bbob[_TAG][_quick]/: a tagged experiment keeps its records apart."""
+    return RESULTS / ("bbob" + (f"_{tag}" if tag else "") + ("_quick" if quick else ""))
+
+
+def budget_multiples(budget: int) -> tuple[int, ...]:
+    """The summary's budgets (evaluations / d): 10, 100, 1000, and 10^4 for a budget that large.
+
+    Example:
+      >>> budget_multiples(1000), budget_multiples(10_000)
+      ((10, 100, 1000), (10, 100, 1000, 10000))
+    """
+    return tuple(m for m in (*BUDGET_MULTIPLES, 10_000) if m <= max(budget, BUDGET_MULTIPLES[-1]))
 
 
 def default_population_size(d: int) -> int:
@@ -197,14 +247,12 @@ class StopState(NamedTuple):
         return self.inner.best_fitness
 
 
-def sep_cma_es_with_stop(population_size: int, sigma: float):
-    """`jaxes.sep_cma_es` whose `tell` also reports pycma's termination criteria
-    (`termination.check` with the diagonal model: axes diag √C), as `cma_es`'s does."""
-    import jaxes
+def with_stop(base, sigma: float, geometry):
+    """`base` (a jaxes strategy) whose `tell` also reports pycma's termination criteria
+    (`termination.check`) on the model `geometry(inner_state)` describes, as `cma_es`'s does."""
     from jaxes.strategies import termination
 
-    base = jaxes.sep_cma_es(population_size, sigma=sigma, noise="gaussian")
-    p = population_size
+    p = base.population_size
 
     def init(key, params):
         d = params.shape[0]
@@ -219,7 +267,6 @@ def sep_cma_es_with_stop(population_size: int, sigma: float):
         inner, info = base.tell(state.inner, fitness)
         history = termination.record(state.history, fitness, True)
         d = inner.params.shape[0]
-        lengths = jnp.sqrt(jnp.maximum(inner.variances, 0.0))
         criteria, condition = termination.check(
             history=history,
             fitness=fitness,
@@ -227,10 +274,7 @@ def sep_cma_es_with_stop(population_size: int, sigma: float):
             mean=inner.params,
             sigma=inner.sigma,
             sigma0=float(sigma),
-            axes=jnp.diag(lengths),
-            axis_lengths=lengths,
-            variances=inner.variances,
-            path_c=inner.path_c,
+            **geometry(inner)._asdict(),
             generation=inner.generation,
             tolfun_window=termination.windows(d, p)[0],
         )
@@ -248,6 +292,64 @@ def sep_cma_es_with_stop(population_size: int, sigma: float):
     )
 
 
+def sep_cma_es_with_stop(population_size: int, sigma: float):
+    """`jaxes.sep_cma_es` with the criteria on the diagonal model (axes diag √C)."""
+    import jaxes
+    from jaxes.strategies import termination
+
+    def geometry(inner):
+        lengths = jnp.sqrt(jnp.maximum(inner.variances, 0.0))
+        return termination.Geometry(jnp.diag(lengths), lengths, inner.variances, inner.path_c)
+
+    base = jaxes.sep_cma_es(population_size, sigma=sigma, noise="gaussian")
+    return with_stop(base, sigma, geometry)
+
+
+def transform_geometry(a):
+    """The criteria's model of members `m + σ A z` (`C = A Aᵀ`, no `p_c`): principal axes and
+    lengths from the SVD of `A`."""
+    from jaxes.strategies import termination
+
+    u, lengths, _ = jnp.linalg.svd(a)
+    variances = jnp.sum(jnp.square(a), axis=1)
+    return termination.Geometry(u * lengths[None, :], lengths, variances, jnp.zeros_like(lengths))
+
+
+def paths_transform(vectors, rates, in_use):
+    """LM-MA-ES's `T = A_k ⋯ A_1` as a d × d matrix (for the criteria only): the vectors with
+    `in_use` (a `(m,)` bool) at `rates`, the others the identity."""
+    from jaxes.strategies.lm_ma_es import Paths
+
+    d = vectors.shape[1]
+    rows = Paths(vectors, jnp.where(in_use, rates, 0.0)).times(jnp.eye(d, dtype=vectors.dtype))
+    return rows.T  # row k is (T e_k)ᵀ
+
+
+def ma_es_with_stop(population_size: int, sigma: float):
+    """`jaxes.ma_es` with the criteria on `C = M Mᵀ`."""
+    import jaxes
+
+    base = jaxes.ma_es(population_size, sigma=sigma)
+    return with_stop(base, sigma, lambda inner: transform_geometry(inner.transform))
+
+
+def lm_ma_es_with_stop(population_size: int, sigma: float):
+    """`jaxes.lm_ma_es` with the criteria on `C = T Tᵀ` (T written out: d is small here)."""
+    import jaxes
+    from jaxes.strategies.cma_constants import elite_weights
+    from jaxes.strategies.lm_ma_es import constants
+
+    base = jaxes.lm_ma_es(population_size, sigma=sigma)
+
+    def geometry(inner):
+        m, d = inner.paths.shape
+        k = constants(d, population_size, elite_weights(population_size // 2), m)
+        in_use = jnp.arange(m) < inner.updates
+        return transform_geometry(paths_transform(inner.paths, jnp.asarray(k.c_d), in_use))
+
+    return with_stop(base, sigma, geometry)
+
+
 def jaxes_factory(name: str):
     import jaxes
 
@@ -255,6 +357,8 @@ def jaxes_factory(name: str):
         "jaxes-cma": lambda lam, sigma: jaxes.cma_es(lam, sigma=sigma),
         "jaxes-sep": sep_cma_es_with_stop,
         "jaxes-xnes": lambda lam, sigma: jaxes.xnes(lam, sigma=sigma),
+        "jaxes-ma": ma_es_with_stop,
+        "jaxes-lm-ma": lm_ma_es_with_stop,
     }
     return cached(name, factories[name])
 
@@ -315,37 +419,89 @@ def run_pycma(recorder: Recorder, x0, d: int, budget: int, seed: int) -> list[di
 
 
 _EVOSAX: dict[tuple, Any] = {}
+EVOSAX_CLASSES = {
+    "evosax-cma": "CMA_ES",
+    "evosax-ma": "MA_ES",
+    "evosax-lm-ma": "LM_MA_ES",
+}
 
 
-def evosax_parts(lam: int, d: int):
-    """evosax's CMA_ES for (λ, d), its params (σ0 = 2) and jitted ask/tell/stop, made once."""
-    if (lam, d) not in _EVOSAX:
-        from evosax.algorithms import CMA_ES
+def evosax_parts(name: str, lam: int, d: int):
+    """evosax's strategy `name` for (λ, d), its params (σ0 = 2) and its stop rule, made once:
+    `(es, params, start, stop)` with `stop(population, fitness, state, params, memory) ->
+    (bool, memory)` and `start` the first `memory`. CMA_ES: evosax's own
+    `IPOPRestart.should_restart` (no memory). MA_ES and LM_MA_ES, whose state has no `C` for
+    evosax's `cma_cond`: pycma's criteria (`termination.check`, as `jaxes-ma`/`jaxes-lm-ma`)
+    on `C = A Aᵀ` of evosax's own `M`, the fitness history their memory."""
+    if (name, lam, d) in _EVOSAX:
+        return _EVOSAX[(name, lam, d)]
+    from evosax import algorithms
+
+    from jaxes.strategies import termination
+
+    cls = getattr(algorithms, EVOSAX_CLASSES[name])
+    es = cls(population_size=lam, solution=jnp.zeros(d, jnp.float64))
+    params = es.default_params.replace(std_init=jnp.asarray(SIGMA0, jnp.float64))
+    if name == "evosax-cma":
         from evosax.core.restart import IPOPRestart, cma_cond, spread_cond
 
-        es = CMA_ES(population_size=lam, solution=jnp.zeros(d, jnp.float64))
-        params = es.default_params.replace(std_init=jnp.asarray(SIGMA0, jnp.float64))
         controller = IPOPRestart(
-            lambda p: CMA_ES(p, jnp.zeros(d)), lam, stop_criteria=(cma_cond, spread_cond)
+            lambda p: cls(p, jnp.zeros(d)), lam, stop_criteria=(cma_cond, spread_cond)
         )
         restart_state = controller.init(es)
 
         @jax.jit
-        def stop(population, fitness, state, params):
+        def should(population, fitness, state, params):
             return controller.should_restart(population, fitness, state, params, restart_state)
 
-        _EVOSAX[(lam, d)] = (es, params, stop)
-    return _EVOSAX[(lam, d)]
+        parts = (es, params, None, lambda *a: (bool(should(*a[:4])), None))
+        _EVOSAX[(name, lam, d)] = parts
+        return parts
+
+    def geometry(state, params):
+        if name == "evosax-ma":
+            return transform_geometry(state.M)
+        m = state.M.shape[0]  # LM_MA_ES: evosax's vectors, used for i < generation_counter
+        in_use = jnp.arange(m) < state.generation_counter
+        return transform_geometry(paths_transform(state.M, params.c_d, in_use))
+
+    @jax.jit
+    def check(fitness, state, params, history):
+        history = termination.record(history, -fitness, True)  # termination reads maxima
+        finite = jnp.isfinite(fitness)
+        informative = jnp.max(jnp.where(finite, fitness, -jnp.inf)) > jnp.min(
+            jnp.where(finite, fitness, jnp.inf)
+        )
+        criteria, _ = termination.check(
+            history=history,
+            fitness=-fitness,
+            informative=informative,
+            mean=state.mean,
+            sigma=state.std,
+            sigma0=SIGMA0,
+            **geometry(state, params)._asdict(),
+            generation=state.generation_counter,
+            tolfun_window=termination.windows(d, lam)[0],
+        )
+        return jnp.any(jnp.stack(list(criteria[: len(termination.CRITERIA)]))), history
+
+    def stop(population, fitness, state, params, history):
+        stopped, history = check(jnp.asarray(fitness), state, params, history)
+        return bool(stopped), history
+
+    start = termination.empty_history(termination.windows(d, lam)[1], jnp.float64)
+    _EVOSAX[(name, lam, d)] = (es, params, start, stop)
+    return _EVOSAX[(name, lam, d)]
 
 
-def run_evosax(recorder: Recorder, x0, d: int, budget: int, seed: int) -> list[dict]:
+def run_evosax(name: str, recorder: Recorder, x0, d: int, budget: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
     lam, start, spent, runs = default_population_size(d), np.asarray(x0, np.float64), 0, []
     for _ in range(MAX_RESTARTS + 1):
         if spent + lam > budget:
             break
-        es, params, stop = evosax_parts(lam, d)
+        es, params, memory, stop = evosax_parts(name, lam, d)
         key, init_key = jax.random.split(key)
         state = es.init(init_key, jnp.asarray(start), params)
         evaluations, reason = 0, "budget"
@@ -359,8 +515,9 @@ def run_evosax(recorder: Recorder, x0, d: int, budget: int, seed: int) -> list[d
             if recorder.done():
                 reason = "target"
                 break
-            if bool(stop(population, fitness, state, params)):
-                reason = "evosax should_restart"
+            stopped, memory = stop(population, fitness, state, params, memory)
+            if stopped:
+                reason = "evosax should_restart" if name == "evosax-cma" else "termination.check"
                 break
         runs.append({"lambda": lam, "evaluations": evaluations, "reason": reason})
         if reason in ("target", "budget"):
@@ -375,8 +532,8 @@ def optimize(name: str, recorder: Recorder, x0, d: int, budget: int, seed: int) 
         return run_jaxes(name, recorder, x0, d, budget, seed)
     if name == "pycma":
         return run_pycma(recorder, x0, d, budget, seed)
-    if name == "evosax-cma":
-        return run_evosax(recorder, x0, d, budget, seed)
+    if name.startswith("evosax-"):
+        return run_evosax(name, recorder, x0, d, budget, seed)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
@@ -390,12 +547,12 @@ def experiment(args, argv) -> None:
 
     from jaxes.tasks import bbob
 
-    folder = out_dir(args.quick)
+    folder = out_dir(args.quick, args.tag)
     (folder / "records").mkdir(parents=True, exist_ok=True)
     suite_options = f"dimensions:{','.join(map(str, args.dims))} function_indices:{args.functions}"
     here = Path.cwd()
     for name in args.optimizers:
-        info = machine_info(argv, PACKAGES)
+        info = machine_info(argv, installed(PACKAGES))
         os.chdir(folder)  # cocoex writes under ./exdata/<result_folder>
         try:
             exdata = Path("exdata") / name
@@ -515,14 +672,33 @@ def solved_functions(records: list[dict], d: int) -> dict[int, str]:
     return {f: f"{k}/{n}" for f, (k, n) in sorted(out.items()) if k}
 
 
+def ecdf_area(records: list[dict], d: int, multiple: int) -> float | None:
+    """The area under the ECDF of runtimes at dimension `d` over log10(evaluations / d) from 0
+    to log10(`multiple`), divided by that width: 1 if every (function, instance, target)
+    triple is reached within d evaluations, 0 if none is within `multiple` · d; a triple reached
+    after t evaluations counts 1 - log10(t/d)/log10(multiple) (clipped to [0, 1])."""
+    rows = [r for r in records if r["dimension"] == d]
+    if not rows:
+        return None
+    width = math.log10(multiple)
+    parts = [
+        min(1.0, max(0.0, 1.0 - math.log10(h / d) / width)) if h is not None else 0.0
+        for r in rows
+        for h in r["hits"]
+    ]
+    return sum(parts) / len(parts)
+
+
 def summary(loaded: dict[str, dict]) -> tuple[list[dict], str]:
     rows = []
     dims = sorted({r["dimension"] for x in loaded.values() for r in x["records"]})
+    budget = max(r["budget"] // r["dimension"] for x in loaded.values() for r in x["records"])
+    multiples = budget_multiples(budget)
     for d in dims:
         for name, data in loaded.items():
             records = data["records"]
-            fractions = {m: solved_fraction(records, d, m) for m in BUDGET_MULTIPLES}
-            if fractions[BUDGET_MULTIPLES[0]] is None:
+            fractions = {m: solved_fraction(records, d, m) for m in multiples}
+            if fractions[multiples[0]] is None:
                 continue
             problems = [r for r in records if r["dimension"] == d]
             rows.append(
@@ -530,22 +706,24 @@ def summary(loaded: dict[str, dict]) -> tuple[list[dict], str]:
                     "optimizer": name,
                     "d": d,
                     "problems": len(problems),
-                    "solved": {str(m): fractions[m] for m in BUDGET_MULTIPLES},
+                    "solved": {str(m): fractions[m] for m in multiples},
+                    "ecdf_area": ecdf_area(records, d, multiples[-1]),
                     "final_target_functions": solved_functions(records, d),
                     "seconds": sum(r["seconds"] for r in problems),
                 }
             )
-    head = "d | optimizer | problems | " + " | ".join(f"{m}·d" for m in BUDGET_MULTIPLES)
-    head += " | f* + 1e-8 reached (instances) | wall s"
+    head = "d | optimizer | problems | " + " | ".join(f"{m}·d" for m in multiples)
+    head += f" | ECDF area to {multiples[-1]}·d | f* + 1e-8 reached (instances) | wall s"
     table = driver.markdown_table(
         head,
-        "rlr" + "r" * len(BUDGET_MULTIPLES) + "lr",
+        "rlr" + "r" * len(multiples) + "rlr",
         [
             [
                 str(r["d"]),
                 LABELS[r["optimizer"]],
                 str(r["problems"]),
-                *(f"{r['solved'][str(m)]:.3f}" for m in BUDGET_MULTIPLES),
+                *(f"{r['solved'][str(m)]:.3f}" for m in multiples),
+                f"{r['ecdf_area']:.3f}",
                 ", ".join(f"f{f} ({c})" for f, c in r["final_target_functions"].items()) or "-",
                 f"{r['seconds']:.0f}",
             ]
@@ -583,7 +761,7 @@ def target_verdicts(rows: list[dict], speed: dict | None) -> list[str]:
     (c) pycma + cocoex µs per evaluation / jaxes µs per evaluation >= 5 for every row at λ >= 64.
     """
     fractions = {
-        (r["optimizer"], r["d"], m): r["solved"][str(m)] for r in rows for m in BUDGET_MULTIPLES
+        (r["optimizer"], r["d"], m): r["solved"].get(str(m)) for r in rows for m in BUDGET_MULTIPLES
     }
     lines = []
     for other, what, factor in (
@@ -673,7 +851,9 @@ def ecdf_figure(ppdata: Path | None, loaded: dict[str, dict], dims: list[int], p
 
 
 def draw_ecdf(ax, loaded: dict[str, dict], d: int) -> None:
-    grid = np.logspace(0, 3.5, 200)
+    budget = max(r["budget"] // d for x in loaded.values() for r in x["records"])
+    grid = np.logspace(0, math.log10(budget) + 0.5, 200)
+    functions = {r["function"] for x in loaded.values() for r in x["records"]}
     for name, data in loaded.items():
         rows = [r for r in data["records"] if r["dimension"] == d]
         if not rows:
@@ -685,22 +865,23 @@ def draw_ecdf(ax, loaded: dict[str, dict], d: int) -> None:
     ax.set_xlabel("evaluations / d")
     ax.set_ylabel("fraction of (function, instance, target) reached")
     ax.set_ylim(0, 1)
-    ax.set_title(f"bbob, d = {d}, 24 functions, 51 targets")
+    ax.set_title(f"bbob, d = {d}, {len(functions)} functions, 51 targets")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
 
 
 def postprocess(args, argv) -> None:
-    folder = out_dir(args.quick)
+    folder = out_dir(args.quick, args.tag)
     loaded = load_records(folder)
     if not loaded:
         raise SystemExit(f"no run records under {folder / 'records'}: run `experiment` first")
-    info = machine_info(argv, PACKAGES)
+    info = machine_info(argv, installed(PACKAGES))
     rows, table = summary(loaded)
     dims = sorted({r["d"] for r in rows})
-    shown = [d for d in (10, 20) if d in dims] or dims[-2:]
+    shown = ([d for d in (10, 20) if d in dims] or dims[-2:]) if not args.tag else dims
     ppdata = run_cocopp(folder, list(loaded)) if not args.no_cocopp else None
-    figure = REPO / "docs" / "bbob_ecdf.png" if not args.quick else folder / "bbob_ecdf.png"
+    in_docs = not (args.quick or args.tag)  # docs/bbob_ecdf.png is the untagged run's
+    figure = REPO / "docs" / "bbob_ecdf.png" if in_docs else folder / "bbob_ecdf.png"
     sources = ecdf_figure(ppdata, loaded, shown, figure)
     speed_path = driver.results_path("bbob_speed", args.quick)
     speed = json.loads(speed_path.read_text()) if speed_path.exists() else None
@@ -733,9 +914,12 @@ def postprocess(args, argv) -> None:
         "cocopp_output": ppdata and str(ppdata.relative_to(REPO)),
         "definition": "solved fraction at budget B: over every (function, instance, target) "
         "triple at that dimension, the share whose target f* + 10^k (k = 2, 1.8, ..., -8) was "
-        "reached within B evaluations (recorded by the script at each evaluation).",
+        "reached within B evaluations (recorded by the script at each evaluation). ECDF "
+        "area: the area under that fraction as a function of log10(B/d), from B = d to the "
+        "largest budget, over the width (1: every triple within d evaluations).",
     }
-    out = args.out or driver.results_path("bbob", args.quick)
+    name = "bbob" + (f"_{args.tag}" if args.tag else "")
+    out = args.out or driver.results_path(name, args.quick)
     write_results(out, info, [], printed, payload)
 
 
@@ -826,7 +1010,7 @@ def speed(args, argv) -> None:
     import warnings
 
     config = SPEED_QUICK if args.quick else SPEED_FULL
-    info = machine_info(argv, PACKAGES, jax_backend=True)
+    info = machine_info(argv, installed(PACKAGES), jax_backend=True)
     rows = []
     for d in config["dims"]:
         for lam in config["lams"]:
@@ -922,6 +1106,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-cocopp", action="store_true", help="postprocess: skip cocopp (figure from records)"
+    )
+    parser.add_argument(
+        "--tag",
+        help="experiment and postprocess: keep this run apart, under benchmarks/results/"
+        "bbob_TAG/ and bbob_TAG.json (its figure there too, docs/ left alone)",
     )
     args = parser.parse_args(argv)
     config = QUICK if args.quick else FULL

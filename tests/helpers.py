@@ -14,6 +14,8 @@ STRATEGY_NAMES = (
     "cr_fm_nes",
     "ga",
     "guided_es",
+    "lm_ma_es",
+    "ma_es",
     "open_es",
     "pgpe",
     "sep_cma_es",

@@ -211,7 +211,7 @@ REBUILDS = [
     (name, dtype)
     for name in sorted(STRATEGIES)
     for dtype in (jnp.float32, jnp.bfloat16)
-    if not (name in ("cma_es", "xnes", "guided_es") and dtype == jnp.bfloat16)
+    if not (name in ("cma_es", "lm_ma_es", "ma_es", "xnes", "guided_es") and dtype == jnp.bfloat16)
 ]
 
 

@@ -98,10 +98,12 @@ def test_one_device_shard_map_and_pmap_agree(task):
         jaxes.snes(16, 0.05),
         jaxes.ars(16, 0.05, learning_rate=0.05, top_k=4),
         jaxes.sep_cma_es(16, 0.05),
+        jaxes.ma_es(16, 0.05),
+        jaxes.lm_ma_es(16, 0.05),
         jaxes.guided_es(16, 0.5, learning_rate=0.05),
         jaxes.ga(16, 0.01, truncation=4),
     ],
-    ids=["pgpe", "snes", "ars", "sep_cma_es", "guided_es", "ga"],
+    ids=["pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga"],
 )
 def test_every_strategy_splits_over_devices(strategy):
     single = one_device(FN_TASK, strategy).strategy_state
@@ -202,10 +204,12 @@ def test_a_users_shard_map_loop_needs_gather_members_under_the_vma_check():
         jaxes.snes(16, 0.05),
         jaxes.ars(16, 0.05, learning_rate=0.05, top_k=4),
         jaxes.sep_cma_es(16, 0.05),
+        jaxes.ma_es(16, 0.05),
+        jaxes.lm_ma_es(16, 0.05),
         jaxes.guided_es(16, 0.5, learning_rate=0.05),
         jaxes.ga(16, 0.01, truncation=4),
     ],
-    ids=["open_es", "pgpe", "snes", "ars", "sep_cma_es", "guided_es", "ga"],
+    ids=["open_es", "pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga"],
 )
 def test_local_step_in_a_users_shard_map_passes_the_vma_check(strategy):
     # Tracing only: the check runs while the scan is traced; eval_shape compiles nothing.

@@ -130,6 +130,9 @@ def test_mean_update_is_a_centre_of_mass_displacement(sampled):
         best = pop[int(np.argmax(fitness))]
         np.testing.assert_array_equal(flat(new_state.params), best)
         close(flat(direction), best - theta, "GA direction")
+    elif name in ("ma_es", "lm_ma_es"):  # c_m (M - θ) with c_m = 1, as CMA-ES
+        close(flat(direction), com, f"{name} direction")
+        close(step, com, f"{name} step")
     else:  # open_es: (m̄/σ²)(M - c)
         close(flat(direction), mean_mass / 0.3**2 * (com - cen), "OpenES direction")
 
@@ -143,6 +146,8 @@ SGD = {
     "sep_cma_es": lambda: jaxes.sep_cma_es(P, 0.3, learning_rate=0.05),
     "cma_es": lambda: jaxes.cma_es(P, 0.3, learning_rate=0.05),
     "xnes": lambda: jaxes.xnes(P, 0.3, learning_rate=0.05),
+    "ma_es": lambda: jaxes.ma_es(P, 0.3, learning_rate=0.05),
+    "lm_ma_es": lambda: jaxes.lm_ma_es(P, 0.3, learning_rate=0.05),
     "guided_es": lambda: jaxes.guided_es(P, 0.3, optimizer=optax.sgd(0.05)),
     "cr_fm_nes": lambda: jaxes.cr_fm_nes(P, 0.3, learning_rate=0.05),
 }
@@ -209,6 +214,8 @@ def test_mean_update_equals_the_paper_formula(sampled):
         top = np.argsort(-fitness, kind="stable")[:4]
         rows = [flat(jax.tree.map(lambda x, t=t: x[t], new_state.parents)) for t in range(4)]
         np.testing.assert_array_equal(np.stack(rows), pop[top])
+    elif name in ("ma_es", "lm_ma_es"):  # m += σ Σ_{i<=μ} w_i d_{i:λ}, μ = λ/2
+        close(step, cma_weights(fitness, P // 2) @ (pop - theta[None]), f"{name} mean")
     else:  # OpenAI-ES: (1/(Pσ)) Σ (w_i - w̄) ε_i
         testing.assert_update_matches_classical(es, PARAMS, fitness_fn, jax.random.key(5))
 
@@ -282,6 +289,8 @@ def test_sigma_updates_equal_the_paper_formulas(sampled):
         check_xnes_update(state, pop, fitness, new_state)
     elif name == "cr_fm_nes":
         check_cr_fm_nes_update(state, pop, fitness, new_state)
+    elif name in ("ma_es", "lm_ma_es"):  # σ, M, the paths: test_ma_es.py, test_lm_ma_es.py
+        assert float(new_state.sigma) != float(state.sigma)
     else:  # a fixed σ is a setting, not state
         assert "sigma" not in own_fields(type(new_state))
 
@@ -302,7 +311,7 @@ def test_best_params_rebuild_the_best_member_told(name):
         fitness = jax.vmap(fitness_fn)(population) + 100.0 * g
         state, _ = es.tell(state, fitness)
     i = int(jnp.argmax(fitness))
-    tol = 1e-6 if name in ("cma_es", "xnes", "cr_fm_nes") else 0.0
+    tol = 1e-6 if name in ("cma_es", "lm_ma_es", "ma_es", "xnes", "cr_fm_nes") else 0.0
     for got, told in zip(
         jax.tree.leaves(es.best_params(state)), jax.tree.leaves(population), strict=True
     ):
@@ -402,6 +411,11 @@ def test_converges_under_jit_and_scan(name, fn):
         (lambda: jaxes.sep_cma_es(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
         (lambda: jaxes.sep_cma_es(8, elite_ratio=0.0), "^elite_ratio: expected a finite number"),
         (lambda: jaxes.cma_es(8, elite_size=2, elite_ratio=0.25), "^elite_size, elite_ratio"),
+        (lambda: jaxes.ma_es(8, elite_size=9), r"^elite_size: expected an int in \[1, 8\]"),
+        (lambda: jaxes.ma_es(8, elite_ratio=1.5), r"^elite_ratio: .*\(0, 1\]"),
+        (lambda: jaxes.lm_ma_es(8, memory_size=0), r"^memory_size: expected an int >= 1, got 0"),
+        (lambda: jaxes.lm_ma_es(8, memory_size=2.5), r"^memory_size: expected an int >= 1"),
+        (lambda: jaxes.lm_ma_es(8, learning_rate=0.0), "^learning_rate: expected a finite"),
         (lambda: jaxes.guided_es(8, alpha=1.5), r"^alpha: expected a number in \[0, 1\]"),
         (lambda: jaxes.guided_es(8, alpha=-0.1), "^alpha: expected a finite number >= 0"),
         (lambda: jaxes.guided_es(8, subspace_dims=0), "^subspace_dims: expected an int >= 1"),

@@ -35,6 +35,8 @@ from jaxes.strategies.cma_es import CMAState, cma_es
 from jaxes.strategies.cr_fm_nes import CRFMNESState, cr_fm_nes
 from jaxes.strategies.ga import GAState, ga
 from jaxes.strategies.guided_es import GuidedESState, guide, guided_es
+from jaxes.strategies.lm_ma_es import LMMAState, lm_ma_es
+from jaxes.strategies.ma_es import MAState, ma_es
 from jaxes.strategies.nres import NRESState, nres
 from jaxes.strategies.open_es import OpenESState, open_es
 from jaxes.strategies.pes import PESState, pes
@@ -54,6 +56,8 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "ars": ars,
     "sep_cma_es": sep_cma_es,
     "cma_es": cma_es,
+    "ma_es": ma_es,
+    "lm_ma_es": lm_ma_es,
     "xnes": xnes,
     "cr_fm_nes": cr_fm_nes,
     "pes": pes,
@@ -66,6 +70,8 @@ __all__ = [
     "STRATEGIES",
     "ARSState",
     "CMAState",
+    "LMMAState",
+    "MAState",
     "GAState",
     "GuidedESState",
     "CRFMNESState",
@@ -83,6 +89,8 @@ __all__ = [
     "ars",
     "centre",
     "cma_es",
+    "lm_ma_es",
+    "ma_es",
     "ga",
     "guide",
     "guided_es",
