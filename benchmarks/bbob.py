@@ -58,6 +58,12 @@ criteria fire, every restart from x0 drawn uniformly in [-4, 4]^d, everything in
   evosax-lm-ma defaults otherwise) in this script's IPOP loop; evosax's `cma_cond` reads a `C`
                their states do not have, so a run stops on the same criteria as jaxes-ma and
                jaxes-lm-ma, computed from evosax's own `M` (LM: its vectors in use).
+  jaxes-crfm   the same `ipop` around `jaxes.cr_fm_nes(λ, 2)`, λ0 rounded up to even (mirrored
+               pairs), its `tell` wrapped as jaxes-sep's to report the same criteria on
+               `C = A Aᵀ`, `A = D (I + v vᵀ)^{1/2}`, with its `p_c`.
+  evosax-crfm  evosax 0.3.2 `CR_FM_NES(λ, ...)` with `std_init` = 2 and the same λ0, in this
+               script's IPOP loop, stopped by the same criteria on evosax's own `D`, `v`, `p_c`.
+
 A run of jaxes or evosax ends before a generation that would pass the budget; pycma stops
 after the generation that reaches it (it can overrun by less than λ). The summary counts only
 evaluations up to each budget, so overruns do not count.
@@ -121,10 +127,12 @@ OPTIMIZERS = (
     "jaxes-xnes",
     "jaxes-ma",
     "jaxes-lm-ma",
+    "jaxes-crfm",
     "pycma",
     "evosax-cma",
     "evosax-ma",
     "evosax-lm-ma",
+    "evosax-crfm",
 )
 LABELS = {
     "jaxes-cma": "jaxes cma_es",
@@ -132,10 +140,12 @@ LABELS = {
     "jaxes-xnes": "jaxes xnes",
     "jaxes-ma": "jaxes ma_es",
     "jaxes-lm-ma": "jaxes lm_ma_es",
+    "jaxes-crfm": "jaxes cr_fm_nes",
     "pycma": "pycma",
     "evosax-cma": "evosax CMA_ES",
     "evosax-ma": "evosax MA_ES",
     "evosax-lm-ma": "evosax LM_MA_ES",
+    "evosax-crfm": "evosax CR_FM_NES",
 }
 PACKAGES = ("jax", "jaxlib", "cma", "coco-experiment", "cocopp", "evosax")
 
@@ -350,6 +360,29 @@ def lm_ma_es_with_stop(population_size: int, sigma: float):
     return with_stop(base, sigma, geometry)
 
 
+def restricted_geometry(diagonal, v, path_c):
+    """The criteria's model of CR-FM-NES's members `m + σ D (I + v vᵀ)^{1/2} z` (`A` written
+    out: d is small here) and its `p_c`, for jaxes's state and evosax's alike."""
+    from jaxes.strategies.samplers import RestrictedShape
+
+    a = RestrictedShape(diagonal, v).times(jnp.eye(v.shape[0], dtype=v.dtype)).T
+    return transform_geometry(a)._replace(path_c=path_c)
+
+
+def cr_fm_nes_with_stop(population_size: int, sigma: float):
+    """`jaxes.cr_fm_nes` with the criteria on `C = A Aᵀ`, `A = D (I + v vᵀ)^{1/2}`."""
+    import jaxes
+
+    base = jaxes.cr_fm_nes(population_size, sigma=sigma)
+    return with_stop(base, sigma, lambda s: restricted_geometry(s.diagonal, s.v, s.path_c))
+
+
+def initial_population_size(name: str, d: int) -> int:
+    """λ0 = 4 + ⌊3 ln d⌋, rounded up to even for CR-FM-NES (mirrored pairs)."""
+    lam = default_population_size(d)
+    return lam + lam % 2 if name.endswith("-crfm") else lam
+
+
 def jaxes_factory(name: str):
     import jaxes
 
@@ -359,6 +392,7 @@ def jaxes_factory(name: str):
         "jaxes-xnes": lambda lam, sigma: jaxes.xnes(lam, sigma=sigma),
         "jaxes-ma": ma_es_with_stop,
         "jaxes-lm-ma": lm_ma_es_with_stop,
+        "jaxes-crfm": cr_fm_nes_with_stop,
     }
     return cached(name, factories[name])
 
@@ -380,7 +414,7 @@ def run_jaxes(name: str, recorder: Recorder, x0, d: int, budget: int, seed: int)
         SIGMA0,
         jax.random.key(seed),
         max_evaluations=budget,
-        population_size=default_population_size(d),
+        population_size=initial_population_size(name, d),
         increase=float(INCREASE),
         max_restarts=MAX_RESTARTS,
         target=-(recorder.f_opt + FINAL_TARGET),
@@ -423,6 +457,7 @@ EVOSAX_CLASSES = {
     "evosax-cma": "CMA_ES",
     "evosax-ma": "MA_ES",
     "evosax-lm-ma": "LM_MA_ES",
+    "evosax-crfm": "CR_FM_NES",
 }
 
 
@@ -461,6 +496,8 @@ def evosax_parts(name: str, lam: int, d: int):
     def geometry(state, params):
         if name == "evosax-ma":
             return transform_geometry(state.M)
+        if name == "evosax-crfm":
+            return restricted_geometry(state.D, state.v, state.p_c)
         m = state.M.shape[0]  # LM_MA_ES: evosax's vectors, used for i < generation_counter
         in_use = jnp.arange(m) < state.generation_counter
         return transform_geometry(paths_transform(state.M, params.c_d, in_use))
@@ -497,7 +534,7 @@ def evosax_parts(name: str, lam: int, d: int):
 def run_evosax(name: str, recorder: Recorder, x0, d: int, budget: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
-    lam, start, spent, runs = default_population_size(d), np.asarray(x0, np.float64), 0, []
+    lam, start, spent, runs = initial_population_size(name, d), np.asarray(x0, np.float64), 0, []
     for _ in range(MAX_RESTARTS + 1):
         if spent + lam > budget:
             break

@@ -1,0 +1,107 @@
+"""jaxes.cr_fm_nes against the authors' own CR-FM-NES (`crfmnes` 1.0.0, Nomura & Ono), one
+generation at a time on the same members.
+
+Along a jaxes run (float64, σ0 = 2 from the origin, λ = 4 + ⌊3 ln d⌋ made even) on a rotated
+ellipsoid of condition 1e6, every generation: the authors' `CRFMNES` is given jaxes's state
+before the `tell` (m, σ, v, D, p_σ, p_c) and, through `numpy.random.randn`, the z that jaxes's
+members were drawn with (recovered from the members: z = A⁻¹ (x - m)/σ), runs
+`one_iteration()`, and every field is compared with jaxes's `tell`. It reports the largest
+relative error of each field over the run and which σ regimes (moving, not) were visited.
+
+Needs `crfmnes` (not a dependency of jaxes; it imports numpy only):
+  .venv/bin/pip install --no-deps --target /tmp/crfmnes_ref crfmnes==1.0.0
+  .venv/bin/python benchmarks/cr_fm_nes_reference.py --crfmnes /tmp/crfmnes_ref
+Writes benchmarks/results/cr_fm_nes_reference.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import jax
+import numpy as np
+from _common import RESULTS, machine_info, write_results
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+
+import jaxes  # noqa: E402
+
+FIELDS = {"m": "params", "sigma": "sigma", "v": "v", "D": "diagonal", "ps": "path_sigma"}
+FIELDS |= {"pc": "path_c"}
+
+
+def compare(ref, d: int, generations: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    rotation, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    scales = 10.0 ** (6 * np.arange(d) / (d - 1))
+
+    def f(x):  # rows of x, minimised
+        return np.sum(scales * (np.asarray(x) @ rotation.T) ** 2, axis=-1)
+
+    lam = 4 + int(3 * np.log(d))
+    lam += lam % 2
+    es = jaxes.cr_fm_nes(lam, sigma=2.0)
+    ask, tell = jax.jit(es.ask), jax.jit(es.tell)
+    state = es.init(jax.random.key(seed), jnp.full(d, 3.0))
+    worst, moving = dict.fromkeys(FIELDS, 0.0), set()
+    for g in range(generations):
+        population, state = ask(jax.random.key(1000 + g), state)
+        new, _ = tell(state, -jnp.asarray(f(population)))
+        m, sigma = np.asarray(state.params), float(state.sigma)
+        diagonal, v = np.asarray(state.diagonal), np.asarray(state.v)
+        w = (np.asarray(population) - m) / (sigma * diagonal)  # (I + v vᵀ)^½ z
+        s = np.sqrt(1 + v @ v)
+        z = w - np.outer(w @ v, v) / (s * (1 + s))
+        other = ref.CRFMNES(d, lambda x: float(f(x.ravel())), m[:, None].copy(), sigma, lam)
+        other.v, other.D = v[:, None].copy(), diagonal[:, None].copy()
+        other.ps = np.asarray(state.path_sigma)[:, None].copy()
+        other.pc = np.asarray(state.path_c)[:, None].copy()
+        half = z[0::2].T.copy()
+        draw, np.random.randn = np.random.randn, lambda *shape, half=half: half
+        try:
+            other.one_iteration()  # draws z_half with randn, then members z_half, -z_half
+        finally:
+            np.random.randn = draw
+        moving.add(bool(np.linalg.norm(other.ps) >= other.chiN))
+        for theirs, mine in FIELDS.items():
+            b = np.ravel(getattr(other, theirs))
+            a = np.ravel(np.asarray(getattr(new, mine)))
+            err = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
+            worst[theirs] = max(worst[theirs], err)
+        state = new
+    return {
+        "d": d,
+        "lambda": lam,
+        "generations": generations,
+        "max_relative_error": worst,
+        "regimes": sorted("moving" if r else "not moving" for r in moving),
+        "f_at_end": float(np.min(f(population))),
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--crfmnes", help="a folder holding the crfmnes package (pip --target)")
+    parser.add_argument("--dims", default="3,10,40")
+    parser.add_argument("--generations", type=int, default=300)
+    args = parser.parse_args(argv[1:])
+    if args.crfmnes:
+        sys.path.insert(0, args.crfmnes)
+    import crfmnes.alg as ref
+
+    info = machine_info(argv, ("jax", "jaxlib", "numpy", "crfmnes"))
+    rows = [compare(ref, int(d), args.generations, 0) for d in args.dims.split(",")]
+    lines = [
+        f"d = {r['d']}, λ = {r['lambda']}, {r['generations']} generations "
+        f"({', '.join(r['regimes'])}): "
+        + ", ".join(f"{k} {e:.1e}" for k, e in r["max_relative_error"].items())
+        for r in rows
+    ]
+    write_results(RESULTS / "cr_fm_nes_reference.json", info, [], lines, {"rows": rows})
+
+
+if __name__ == "__main__":
+    main(sys.argv)
