@@ -102,8 +102,9 @@ def test_one_device_shard_map_and_pmap_agree(task):
         jaxes.lm_ma_es(16, 0.05),
         jaxes.guided_es(16, 0.5, learning_rate=0.05),
         jaxes.ga(16, 0.01, truncation=4),
+        jaxes.cr_fm_nes(16, 0.05),
     ],
-    ids=["pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga"],
+    ids=["pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga", "cr_fm_nes"],
 )
 def test_every_strategy_splits_over_devices(strategy):
     single = one_device(FN_TASK, strategy).strategy_state
@@ -208,8 +209,12 @@ def test_a_users_shard_map_loop_needs_gather_members_under_the_vma_check():
         jaxes.lm_ma_es(16, 0.05),
         jaxes.guided_es(16, 0.5, learning_rate=0.05),
         jaxes.ga(16, 0.01, truncation=4),
+        jaxes.cr_fm_nes(16, 0.05),
     ],
-    ids=["open_es", "pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga"],
+    ids=[
+        *("open_es", "pgpe", "snes", "ars", "sep_cma_es", "ma_es", "lm_ma_es", "guided_es", "ga"),
+        "cr_fm_nes",
+    ],
 )
 def test_local_step_in_a_users_shard_map_passes_the_vma_check(strategy):
     # Tracing only: the check runs while the scan is traced; eval_shape compiles nothing.
