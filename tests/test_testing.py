@@ -93,13 +93,24 @@ APPLIES = {
     "assert_monotone_invariant": {"open_es", "pgpe", "snes", "sep_cma_es", *FULL},
     "assert_antithetic_centroid_on_model": {"open_es", "pgpe", "ars", "cr_fm_nes"},
 }
+# Guided ES and the GA (issue 62): every check but OpenAI-ES's identity; the GA has no
+# antithetic pairs.
+for _check in (
+    "assert_moments_match_population",
+    "assert_shift_and_scale_invariant",
+    "assert_monotone_invariant",
+):
+    APPLIES[_check] |= {"guided_es", "ga"}
+APPLIES["assert_antithetic_centroid_on_model"].add("guided_es")
 
 
 def quadratic(p):
     return -jnp.sum((p["w"] - 0.5) ** 2)
 
 
-@pytest.mark.parametrize("name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL])
+@pytest.mark.parametrize(
+    "name", ["open_es", "pgpe", "snes", "ars", "sep_cma_es", *FULL, "guided_es", "ga"]
+)
 def test_each_check_holds_where_it_applies_and_refuses_elsewhere(name):
     es = getattr(jaxes, name)(8, 0.05)
     single_leaf = {"w": jnp.ones(3)}  # a one-leaf pytree once slipped past the σ guard

@@ -20,6 +20,9 @@ assert_members_rebuilt              yes      yes   yes   yes  yes         yes   
 
 ¹ with ``scale=None`` under ``fitness_shaping="raw"``; ² with a rank shaping (the defaults);
 ³ with antithetic pairs (snes: ``antithetic=True``).
+``guided_es`` takes every check but ``assert_update_matches_classical`` (¹ and ² as
+open_es's); ``ga`` every check but that one and ``assert_antithetic_centroid_on_model``
+(it draws no pairs).
 
 Example:
   >>> import jax, jax.numpy as jnp, jaxes

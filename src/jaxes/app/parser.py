@@ -97,7 +97,10 @@ TRAIN_FLAGS = [
         "--strategy",
         "strategy",
         str,
-        "evolution strategy: " + ", ".join(n for n in STRATEGIES if n not in checks.UNROLLED),
+        "evolution strategy: "
+        + ", ".join(
+            n for n in STRATEGIES if n not in checks.UNROLLED and n not in checks.NOT_TRAINABLE
+        ),
     ),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
     ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
