@@ -922,6 +922,7 @@ def postprocess(args, argv) -> None:
     sources = ecdf_figure(ppdata, loaded, shown, figure)
     speed_path = driver.results_path("bbob_speed", args.quick)
     speed = json.loads(speed_path.read_text()) if speed_path.exists() else None
+    speed = None if args.tag else speed  # the speed table is the untagged run's
     verdicts = target_verdicts(rows, speed)
     functions = {d: per_function_table(loaded, d) for d in shown}
     printed = [table, *(f"d = {d}, per function:\n{t}" for d, t in functions.items()), *verdicts]

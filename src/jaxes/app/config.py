@@ -76,7 +76,8 @@ class StrategyConfig:
       subspace_dim, subspace_projection: search a random subspace of this many dimensions
         (``jaxes.subspace``), or the whole parameter space (``None``).
       temperature: snes's DES weights at this temperature (``None`` or 0: log-rank utilities).
-      elite_ratio: the share of the population sep_cma_es and cma_es recombine.
+      elite_ratio: the share of the population sep_cma_es, cma_es, ma_es and lm_ma_es
+        recombine.
       sigma_decay, learning_rate_decay: σ and the step size times this factor every
         generation (``None``: constant; open_es, ars), never below ``sigma_limit`` and
         ``learning_rate_limit`` (``None``: no floor but the strategy's own).
