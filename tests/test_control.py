@@ -206,12 +206,14 @@ def test_only_low_rank_noise_takes_the_factored_path():
     assert called == [True]
 
 
-# Full-covariance strategies offer no displacement for rounded (bf16) params: they refuse.
+# Full-covariance strategies (samplers.FullSampler) offer no displacement for rounded (bf16)
+# params: they refuse, naming member() instead.
+REFUSE_ROUNDED = ("cma_es", "cr_fm_nes", "guided_es", "lm_ma_es", "ma_es", "xnes")
 REBUILDS = [
     (name, dtype)
     for name in sorted(STRATEGIES)
     for dtype in (jnp.float32, jnp.bfloat16)
-    if not (name in ("cma_es", "lm_ma_es", "ma_es", "xnes", "guided_es") and dtype == jnp.bfloat16)
+    if not (name in REFUSE_ROUNDED and dtype == jnp.bfloat16)
 ]
 
 
@@ -232,6 +234,16 @@ def test_dense_displacements_rebuild_every_member_bit_identically(name, dtype):
             for a, b in zip(jax.tree.leaves(member), jax.tree.leaves(rebuilt), strict=True):
                 assert a.dtype == b.dtype and bool(jnp.array_equal(a, b))
         state, _ = strategy.tell(state, -jnp.arange(8.0))
+
+
+@pytest.mark.parametrize("name", REFUSE_ROUNDED)
+def test_full_covariance_strategies_refuse_a_displacement_of_rounded_members(name):
+    # The other side of REBUILDS' exclusion: a refusal in one line, never a wrong displacement.
+    strategy = STRATEGIES[name](8)
+    state = strategy.init(jax.random.key(1), {"w": jnp.ones((7, 5), jnp.bfloat16)})
+    _, state = strategy.ask(jax.random.key(2), state)
+    with pytest.raises(ValueError, match="^perturbation: members of params narrower than"):
+        strategy.perturbation(state, 0)
 
 
 def test_the_low_rank_population_splits_over_devices():
