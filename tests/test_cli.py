@@ -59,6 +59,59 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def command_without(block: tuple[str, ...], *args: str) -> subprocess.CompletedProcess:
+    """``jaxes ARGS`` in a fresh process whose modules in ``block`` cannot be imported, as if
+    their extra were not installed (as tests/test_install.py's ``command``)."""
+    code = (
+        "import sys\n"
+        f"for name in {block!r}: sys.modules[name] = None\n"
+        f"sys.argv = ['jaxes', *{list(args)!r}]\n"
+        "from jaxes.app.cli import entry\n"
+        "entry()\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "env, block",
+    [
+        ("nope", ()),
+        ("nope", ("brax", "mujoco")),  # a name without '-' would be Brax's, whose extra is gone
+        ("Pong-v5", ("gymnax",)),  # a name with '-' would be gymnax's
+        ("nope", ("brax", "mujoco", "gymnax")),
+        ("Pong-v5", ("brax", "mujoco", "gymnax")),
+    ],
+)
+def test_an_unknown_env_is_named_first_whatever_is_installed(tmp_path, env, block):
+    """Issue 63: without Brax, `jaxes train --env nope` said to install Brax."""
+    out = tmp_path / "r"
+    proc = command_without(block, "train", "--env", env, "--out", str(out))
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"jaxes: error: env: unknown environment {env!r}; Brax's are")
+    assert "jaxes envs" in proc.stderr and "pip install" not in proc.stderr
+    assert not out.exists()
+
+
+def test_the_env_names_known_without_their_extras_are_the_registries():
+    """An env whose extra is missing is told from no env by ``presets.ENV_NAMES``: the names
+    Brax's and gymnax's registries hold (both installed here)."""
+    from jaxes.tasks.brax.envs import env_names as brax_names
+    from jaxes.tasks.gymnax.envs import env_names as gymnax_names
+
+    assert sorted(presets.ENV_NAMES["brax"]) == sorted(brax_names())
+    assert sorted(presets.ENV_NAMES["gymnax"]) == sorted(gymnax_names())
+    assert not any("-" in name for name in presets.ENV_NAMES["brax"])
+    assert all("-" in name for name in presets.ENV_NAMES["gymnax"])
+
+
+def test_the_help_says_envs_lists_both_families(capsys):
+    """Issue 63: `jaxes --help` said `envs` lists Brax's environments; it lists gymnax's too."""
+    code, out, _ = run_main(capsys, "--help")
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("envs ")]
+    assert "Brax" in line and "gymnax" in line
+
+
 def test_a_setting_the_strategy_does_not_take_is_one_line_naming_it(tmp_path):
     """Issue 60: NeuroEvoBench's SNES temperature asked of open_es, through the real command."""
     out = tmp_path / "r"

@@ -3,12 +3,14 @@ what they share: which settings a strategy's factory takes, and its defaults."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 
 from jaxes import shaping
 from jaxes import subspace as subspace_lib
 from jaxes.app import presets
+from jaxes.extras import MissingExtra
 from jaxes.noise import NOISE_SOURCES
 from jaxes.strategies import STRATEGIES
 from jaxes.tasks.brax import envs as brax_envs
@@ -134,16 +136,50 @@ def check_env_config(config) -> None:
     if gymnax:
         _check_gymnax_env(config.name, config.backend)
         return
-    brax_names = brax_envs.env_names()
-    if config.name not in brax_names:
-        raise ConfigError(
-            f"env: unknown environment {config.name!r}; Brax's are {brax_names}, "
-            "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
-        )
+    check_env_name(config.name)
     try:
         brax_envs.check_env(config.name, config.backend)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def env_names(family: str) -> tuple[list[str], bool]:
+    """A family's env names (``"brax"`` or ``"gymnax"``) and whether its extra is installed:
+    its own registry's names, or ``presets.ENV_NAMES`` where the extra is missing.
+
+    Example:
+      >>> names, installed = env_names("brax")
+      >>> "hopper" in names, installed
+      (True, True)
+    """
+    try:
+        if family == "brax":
+            return brax_envs.env_names(), True
+        return importlib.import_module("jaxes.tasks.gymnax.envs").env_names(), True
+    except MissingExtra:
+        return list(presets.ENV_NAMES[family]), False
+
+
+def check_env_name(env: str) -> None:
+    """``ConfigError`` for a name that is no env of Brax's or gymnax's, whichever extras are
+    installed, before anything says to install one: a name with a '-' is gymnax's or none,
+    one without is Brax's or none (``presets.is_gymnax``).
+
+    Example:
+      >>> check_env_name("hopper")
+      >>> check_env_name("nope")  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+        ...
+      jaxes.app.checks.ConfigError: env: unknown environment 'nope'; Brax's are ['ant', ...
+    """
+    names, _ = env_names("gymnax" if "-" in env else "brax")
+    if env in names:
+        return
+    brax_names, _ = env_names("brax")
+    raise ConfigError(
+        f"env: unknown environment {env!r}; Brax's are {brax_names}, "
+        "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
+    )
 
 
 def check_loop_config(config) -> None:

@@ -20,6 +20,7 @@ from jaxes.app.checks import (
     LIMITS,
     ConfigError,
     check_env_config,
+    check_env_name,
     check_loop_config,
     check_number,
     check_strategy_config,
@@ -289,6 +290,7 @@ def _filled(settings: dict) -> dict:
         if not isinstance(settings[name], str):
             raise ConfigError(f"{name}: expected a string, got {settings[name]!r}")
     env, strategy = settings["env"], settings["strategy"]
+    check_env_name(env)  # before the preset, which may ask for an extra the env needs
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {strategy!r}; allowed: {sorted(STRATEGIES)}")
     preset = settings.get("preset")

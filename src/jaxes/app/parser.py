@@ -244,7 +244,8 @@ def parser() -> argparse.ArgumentParser:
     """
     parser = _Parser(
         prog="jaxes",
-        description="JAX-native evolution strategies on Brax physics.",
+        description="JAX-native evolution strategies: policies on Brax and gymnax "
+        "environments, language models fine-tuned.",
         epilog="Run `jaxes COMMAND --help` for each command's options.",
     )
     parser.add_argument("--version", action="version", version=f"jaxes {_version()}")
@@ -254,8 +255,9 @@ def parser() -> argparse.ArgumentParser:
     finetune_arguments(sub)
     sub.add_parser(
         "envs",
-        help="list the Brax environments",
-        description="List the environment names `jaxes train --env` accepts.",
+        help="list the environments: Brax's, then gymnax's",
+        description="List the environment names `jaxes train --env` accepts: Brax's, then "
+        "gymnax's (a family whose extra is not installed is named on stderr).",
     )
     return parser
 
@@ -264,8 +266,9 @@ def _train_arguments(sub) -> None:
     train = sub.add_parser(
         "train",
         help="train a policy with ES",
-        description="Train a Brax policy with an evolution strategy. Writes config.json, "
-        "metrics.jsonl, checkpoints/ and learning_curve.png into --out. Settings come from "
+        description="Train a policy on a Brax or gymnax environment with an evolution "
+        "strategy. Writes config.json, metrics.jsonl, checkpoints/ and, with the plot extra "
+        "(pip install 'jaxes[plot]'), learning_curve.png into --out. Settings come from "
         "the env's preset, then --config FILE.toml, then the flags (each overrides the one "
         "before).",
         epilog="presets (jaxes.app.presets; sigma, learning_rate and l2_coeff are open_es's, "

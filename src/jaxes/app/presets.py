@@ -181,6 +181,47 @@ CLASSIC_CONTROL = (
 PRESETS.update({game: MINATAR for game in MINATAR_GAMES})
 PRESETS.update({env: GYMNAX_CLASSIC for env in CLASSIC_CONTROL})
 
+# Every env name of each family, as Brax 0.14.2 and gymnax 1.0.1 register them. Where a family's
+# extra is installed its own registry is the list; where it is missing, these tell a name that
+# needs the extra from a name that is no env at all (tests/test_cli.py checks them against the
+# registries).
+ENV_NAMES: dict[str, tuple[str, ...]] = {
+    "brax": (
+        "ant",
+        "fast",
+        "halfcheetah",
+        "hopper",
+        "humanoid",
+        "humanoidstandup",
+        "inverted_double_pendulum",
+        "inverted_pendulum",
+        "pusher",
+        "reacher",
+        "swimmer",
+        "walker2d",
+    ),
+    "gymnax": (
+        *CLASSIC_CONTROL,
+        *MINATAR_GAMES,
+        "Catch-bsuite",
+        "DeepSea-bsuite",
+        "MemoryChain-bsuite",
+        "UmbrellaChain-bsuite",
+        "DiscountingChain-bsuite",
+        "MNISTBandit-bsuite",
+        "SimpleBandit-bsuite",
+        "FourRooms-misc",
+        "MetaMaze-misc",
+        "PointRobot-misc",
+        "BernoulliBandit-misc",
+        "GaussianBandit-misc",
+        "Reacher-misc",
+        "Swimmer-misc",
+        "Pong-misc",
+        "FrozenLake-misc",
+    ),
+}
+
 # Named settings (``jaxes train --preset NAME``): rows laid over an env's training preset where
 # another job needs other values. "table3": the settings benchmarks/table3.py sits Salimans et
 # al.'s Table 3 with, one row per env of the table (an empty row: the training preset is the
