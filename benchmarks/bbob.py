@@ -68,7 +68,8 @@ A run of jaxes or evosax ends before a generation that would pass the budget; py
 after the generation that reaches it (it can overrun by less than λ). The summary counts only
 evaluations up to each budget, so overruns do not count.
 
-Run (docs/benchmarks.md has the commands behind its numbers and their wall times on 2 cores):
+Run (docs/results/research-log.md has the commands behind the published numbers and their wall
+times on 2 cores):
   .venv/bin/python benchmarks/bbob.py experiment --optimizers jaxes-cma   # d 2,5,10,20, i 1-15
   .venv/bin/python benchmarks/bbob.py experiment --optimizers evosax-cma pycma
   .venv/bin/python benchmarks/bbob.py experiment --instances 1-5 --optimizers jaxes-sep

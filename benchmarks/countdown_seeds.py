@@ -28,7 +28,7 @@ Phases, each appending finished runs to `--runs` (JSONL), so an interrupted sitt
   python benchmarks/countdown_seeds.py shapes --model large --seeds 1 --wall 60   # what they write
 
 `report` writes `{"test_problems", "budget", "methods": {"<method> | <model> | <budget>":
-{"seeds", "accuracy", ...}}}` and prints the markdown table of docs/benchmarks.md: the mean
+{"seeds", "accuracy", ...}}}` and prints the markdown table of docs/results/learning.md: the mean
 over seeds with its 95 % t-interval, the seeds' spread, and the 95 % Wilson interval of the
 pooled answers.
 """

@@ -49,8 +49,8 @@ What it measures, per env:
    sampling it; step sizes "tuned" (Adam lr 0.03, std 0.05, no L2, as
    benchmarks/brax_vs_brax_es.py found best on inverted_pendulum) or "preset" (the jaxes
    preset's sigma, lr and L2, converted to Brax's scale); hopper and walker2d take "preset",
-   the others "tuned", as one-seed trials found (docs/benchmarks.md, "How Brax ES's settings
-   were chosen"). The comparison is at equal env steps in Brax's count (alive steps): the
+   the others "tuned", as one-seed trials found (docs/results/research-log.md, "How Brax ES's
+   settings were chosen"). The comparison is at equal env steps in Brax's count (alive steps): the
    largest that both curves reached, jaxes' median over seeds of its last evaluation at or
    before it against Brax's.
 
@@ -1598,8 +1598,14 @@ def parse_args(argv: list[str]):
     )
     parser.add_argument("--results", type=Path, default=None, help="folder of <env>.json")
     parser.add_argument("--runs", type=Path, default=None, help=f"default {DEFAULT_RUNS}")
-    parser.add_argument("--write-docs", action="store_true", help="update docs + the plot")
-    parser.add_argument("--docs", type=Path, default=DOCS, help="markdown file for --write-docs")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="draw the plot and re-render the results pages' tables (benchmarks/render.py)",
+    )
+    parser.add_argument(
+        "--docs", type=Path, default=DOCS, help="the plot goes beside this file (--write-docs)"
+    )
     args = parser.parse_args(argv)
     if args.child:
         return args
@@ -1676,10 +1682,14 @@ def run(args, argv: list[str]) -> None:
     if not args.report:
         print(f"\nresults in {rel(args.results)}; run directories in {args.runs}")
     if args.write_docs:
+        # The tables on the results pages are benchmarks/render.py's, from the records on disk
+        # (every seed of benchmarks/results/table3/ and table3-seeds-15-20/); this draws the plot.
+        import render
+
         png = args.docs.parent / "table3.png"
         plot(records, png)
-        write_docs_section(args.docs, docs_section(records, args, png.name))
-        print(f"wrote {rel(args.docs)} and {rel(png)}")
+        render.main([])
+        print(f"wrote {rel(png)} and re-rendered the results pages (benchmarks/render.py)")
 
 
 if __name__ == "__main__":

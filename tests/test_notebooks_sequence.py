@@ -88,7 +88,7 @@ def test_sequence_notebook_compares_es_and_grpo_at_equal_seconds():
     # fit depends on the machine, and 2 s moves few of the 66 answers (e8c1222, this CPU: the
     # best ES 0.379 against the start's 0.348, two ES variants below it; GRPO 0.667 after
     # 140 updates here, but 0.288 after 70 on CI's machine once). The full run's comparison
-    # is in docs/benchmarks.md.
+    # is in docs/benchmarks.md (Countdown).
 
     # The answer-length experiment: a row per k, the verdict recomputed from the means.
     length = {

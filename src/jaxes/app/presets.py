@@ -7,8 +7,8 @@ The step-size rows (``sigma``, ``learning_rate``, ``l2_coeff``) are tuned for ``
 (the paper's strategy): another ``--strategy`` keeps the env's other settings and takes its
 own defaults for those three.
 
-What each preset reaches, and how it was measured, is in docs/benchmarks.md (the Table 3
-sweep, ``benchmarks/table3.py``).
+What each preset reaches is in docs/benchmarks.md (Table 3: ``benchmarks/table3.py``), and how
+each was chosen in docs/results/research-log.md (the sweeps).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ PRESETS: dict[str, dict] = {
     # step); inverted_pendulum keeps P = 32, which every seed takes to 1000 within 80
     # generations. P = 8 (sigma >= 0.1, Adam >= 0.03) reaches the paper's 25 % and 50 % scores
     # in fewer env steps than its ES, but keeps dipping to 800-900 after reaching 1000
-    # (docs/benchmarks.md, the sweep), and the default run should end solved.
+    # (docs/results/research-log.md, the sweep), and the default run should end solved.
     "inverted_double_pendulum": {
         "population_size": 8,
         "learning_rate": 0.05,
@@ -158,7 +158,8 @@ MINATAR: dict = {
     "policy": "vbn_conv",
     # Low-rank members (r = 1) and a 32-observation VBN reference: the MinAtar sweep's choice
     # on seeds 0-2 of Breakout and SpaceInvaders (benchmarks/minatar_sweep.py, two rounds;
-    # docs/benchmarks.md), 6.6 against the full-rank preset's 1.6 on Breakout in 10 minutes.
+    # docs/results/research-log.md), 6.6 against the full-rank preset's 1.6 on Breakout in 10
+    # minutes.
     "noise": "lowrank",
     "noise_rank": 1,
     "vbn_reference_size": 32,
@@ -226,9 +227,9 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
 # another job needs other values. "table3": the settings benchmarks/table3.py sits Salimans et
 # al.'s Table 3 with, one row per env of the table (an empty row: the training preset is the
 # Table 3 setting), each the best of benchmarks/table3_sweep.py's grid judged on seeds 0-5
-# pooled (benchmarks/results/table3_sweep/, docs/benchmarks.md), so that the table's seeds 6-11
-# judge rows no seed of theirs chose. A smaller population (more updates per env step) was the
-# lever on every env swept (all but halfcheetah).
+# pooled (benchmarks/results/table3_sweep/, docs/results/research-log.md), so that the table's
+# seeds 6-11 judge rows no seed of theirs chose. A smaller population (more updates per env
+# step) was the lever on every env swept (all but halfcheetah).
 # inverted_pendulum's training preset must end ``make demo`` solved at 1000; P = 8 reaches the
 # paper's scores sooner but keeps dipping below 1000 afterwards (the sweep of 2026-12-02).
 # hopper: P = 8 is the only setting of the round around P = 16 whose median over seeds 0-5

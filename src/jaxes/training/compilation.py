@@ -5,7 +5,8 @@ and ``compile`` adds these options there: on the CPU backend, XLA's elemental co
 instead of its newer fusion emitters (``xla_cpu_use_fusion_emitters=False``). Most of a Brax
 run's start-up is XLA compiling the physics step inside the rollout loops; with these options
 every program measured compiles in 0.42-0.69 of XLA's default time and the fused training
-blocks run 8-13 % faster (docs/benchmarks.md, "XLA options on the CPU"; jax 0.10.2).
+blocks run 8-13 % faster (docs/results/speed.md, "Brax ES: overhead and compile time"; jax
+0.10.2).
 
 Floating-point results differ from XLA's defaults in the last bits, so a long Brax episode
 can end differently. Every program the runner trains or evaluates with, and ``jaxes eval``,
