@@ -240,7 +240,11 @@ def test_a_module_whose_extra_is_missing_names_it(monkeypatch, module, blocked, 
 def test_a_jax_below_the_floor_is_one_line(tmp_path):
     floor = compat.jax_floor()
     assert floor is not None and compat.version_tuple(jax.__version__) >= (0, 8, 2)
-    (tmp_path / "sitecustomize.py").write_text("import jax\njax.__version__ = '0.8.0'\n")
+    # jaxes reads JAX's version from its package metadata (without importing JAX): a jax 0.8.0
+    # distribution found first on sys.path is what an old install looks like to it.
+    dist = tmp_path / "jax-0.8.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.8.0\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     expected = (
         f"jaxes supports jax >= {floor}, and this environment has jax 0.8.0: pip install -U "
@@ -253,6 +257,45 @@ def test_a_jax_below_the_floor_is_one_line(tmp_path):
         [sys.executable, "-c", "import jaxes"], capture_output=True, text=True, env=env
     )
     assert imported.stderr.strip().splitlines()[-1] == f"jaxes.compat.UnsupportedJax: {expected}"
+
+
+def imported_modules(argv: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``argv`` run with Python's import-time log (``PYTHONPROFILEIMPORTTIME``), and the
+    modules it imported: every one, also in a process that ends with ``os._exit``."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("import time:")]
+    return proc, {x.rsplit("|", 1)[-1].strip() for x in lines}
+
+
+def test_the_version_is_printed_without_importing_jax():
+    """Issue 63: `jaxes --version` imported JAX (2.5-4 s to print a version). Measured with
+    `time jaxes --version` on the 2-core CPU: docs/training.md."""
+    for argv in ([sys.executable, "-m", "jaxes", "--version"], [jaxes_script(), "--version"]):
+        proc, imported = imported_modules(argv)
+        assert (proc.returncode, proc.stdout) == (0, f"jaxes {jaxes.__version__}\n"), proc.stderr
+        assert "jaxes.app.cli" in imported  # the log is read
+        assert not {m for m in imported if m.split(".")[0] in ("jax", "jaxlib")}, argv
+
+
+def test_import_jaxes_is_lazy_and_every_public_name_is_its_modules():
+    proc, imported = imported_modules(
+        [sys.executable, "-c", "import jaxes; print(jaxes.__version__)"]
+    )
+    assert proc.returncode == 0 and "jaxes" in imported and "jax" not in imported
+    # A public name imports its module (and JAX) when first read, and is that module's object.
+    assert sorted(jaxes._HOMES) == sorted(jaxes.__all__)
+    for name in jaxes.__all__:
+        home = importlib.import_module(jaxes._HOMES[name])
+        assert getattr(jaxes, name) is getattr(home, name), name
+    for name in jaxes._SUBMODULES:
+        assert getattr(jaxes, name) is importlib.import_module(f"jaxes.{name}"), name
+    assert {*jaxes.__all__, *jaxes._SUBMODULES, "__version__"} <= set(dir(jaxes))
+    namespace = {}
+    exec("from jaxes import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == sorted(jaxes.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        jaxes.nope  # noqa: B018
 
 
 def jaxes_script() -> str:

@@ -10,9 +10,11 @@ Example:
   1
 """
 
+import importlib
 import importlib.metadata
 import os
 import sys
+from typing import TYPE_CHECKING
 
 
 def _invoked_as_command() -> bool:
@@ -31,7 +33,7 @@ def _invoked_as_command() -> bool:
 if _invoked_as_command() and not os.environ.get("JAXES_DEBUG"):
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 
-from jaxes import compat
+from jaxes import compat  # no JAX here: it reads the installed versions from package metadata
 
 
 def _refuse_unsupported_jax() -> None:
@@ -46,62 +48,75 @@ def _refuse_unsupported_jax() -> None:
 
 _refuse_unsupported_jax()
 
-from jaxes import (  # noqa: F401 - modules as attributes: jaxes.noise, jaxes.testing, ...
-    centroid,
-    diagnostics,
-    evaluation,
-    factored,
-    noise,
-    shaping,
-    subspace,
-    testing,
-    trees,
-)
-from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
-from jaxes.evaluation import evaluate
-from jaxes.noise import NoiseSource, Perturbations
-from jaxes.shaping import centered_rank, raw, z_score
-from jaxes.strategies import (
-    ARSState,
-    CMAState,
-    CRFMNESState,
-    GAState,
-    GuidedESState,
-    LMMAState,
-    MAState,
-    NRESState,
-    OpenESState,
-    PESState,
-    PGPEState,
-    SepCMAState,
-    SNESState,
-    StrategyInfo,
-    TerminationInfo,
-    XNESState,
-    ars,
-    centre,
-    cma_es,
-    cr_fm_nes,
-    ga,
-    guide,
-    guided_es,
-    lm_ma_es,
-    ma_es,
-    nres,
-    open_es,
-    pes,
-    pgpe,
-    sep_cma_es,
-    snes,
-    xnes,
-)
-from jaxes.types import Strategy, Task
-
 # One source of truth: the installed package metadata (pyproject.toml).
 __version__ = importlib.metadata.version("jaxes")
 
-# Functions and types; the modules imported above (centroid, noise, subspace, testing, ...)
-# are attributes of jaxes too, but `from jaxes import *` brings only these.
+# The public names and the module each comes from. `import jaxes` imports none of them (nor
+# JAX): each is imported when first read (PEP 562), so `jaxes --version` starts in a blink and
+# `jaxes.open_es` costs what it did. The same imports are spelled out below for type checkers.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "jaxes.centroid": ("PopulationMoments", "classical_estimator", "displacement_update"),
+    "jaxes.evaluation": ("evaluate",),
+    "jaxes.noise": ("NoiseSource", "Perturbations"),
+    "jaxes.shaping": ("centered_rank", "raw", "z_score"),
+    "jaxes.strategies": (
+        "ARSState",
+        "CMAState",
+        "CRFMNESState",
+        "GAState",
+        "GuidedESState",
+        "LMMAState",
+        "MAState",
+        "NRESState",
+        "OpenESState",
+        "PESState",
+        "PGPEState",
+        "SepCMAState",
+        "SNESState",
+        "StrategyInfo",
+        "TerminationInfo",
+        "XNESState",
+        "ars",
+        "centre",
+        "cma_es",
+        "cr_fm_nes",
+        "ga",
+        "guide",
+        "guided_es",
+        "lm_ma_es",
+        "ma_es",
+        "nres",
+        "open_es",
+        "pes",
+        "pgpe",
+        "sep_cma_es",
+        "snes",
+        "xnes",
+    ),
+    "jaxes.types": ("Strategy", "Task"),
+}
+_HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
+# The modules that are attributes of jaxes (jaxes.noise, jaxes.testing, ...), also imported
+# when first read.
+_SUBMODULES = (
+    "centroid",
+    "checks",
+    "compat",
+    "diagnostics",
+    "evaluation",
+    "factored",
+    "noise",
+    "optim",
+    "shaping",
+    "strategies",
+    "subspace",
+    "testing",
+    "trees",
+    "types",
+)
+
+# Functions and types; the modules above (centroid, noise, subspace, testing, ...) are
+# attributes of jaxes too, but `from jaxes import *` brings only these.
 __all__ = [
     "ARSState",
     "CMAState",
@@ -147,3 +162,75 @@ __all__ = [
     "xnes",
     "z_score",
 ]
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # read once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, *_SUBMODULES})
+
+
+if TYPE_CHECKING:
+    from jaxes import (  # noqa: F401 - modules as attributes
+        centroid,
+        checks,
+        diagnostics,
+        evaluation,
+        factored,
+        noise,
+        optim,
+        shaping,
+        strategies,
+        subspace,
+        testing,
+        trees,
+        types,
+    )
+    from jaxes.centroid import PopulationMoments, classical_estimator, displacement_update
+    from jaxes.evaluation import evaluate
+    from jaxes.noise import NoiseSource, Perturbations
+    from jaxes.shaping import centered_rank, raw, z_score
+    from jaxes.strategies import (
+        ARSState,
+        CMAState,
+        CRFMNESState,
+        GAState,
+        GuidedESState,
+        LMMAState,
+        MAState,
+        NRESState,
+        OpenESState,
+        PESState,
+        PGPEState,
+        SepCMAState,
+        SNESState,
+        StrategyInfo,
+        TerminationInfo,
+        XNESState,
+        ars,
+        centre,
+        cma_es,
+        cr_fm_nes,
+        ga,
+        guide,
+        guided_es,
+        lm_ma_es,
+        ma_es,
+        nres,
+        open_es,
+        pes,
+        pgpe,
+        sep_cma_es,
+        snes,
+        xnes,
+    )
+    from jaxes.types import Strategy, Task

@@ -7,6 +7,9 @@ versions itself:
 
 - ``require_supported_jax``: a JAX below the floor is one ``ImportError`` line at
   ``import jaxes`` naming the supported range, not an ``AttributeError`` from deep inside.
+  It reads the installed versions from package metadata, without importing JAX: this module
+  imports JAX only inside the functions that use it, so that ``import jaxes`` (and
+  ``jaxes --version``) stays free of it.
 - ``varying_axes``: the manual axes a value varies over inside ``shard_map``
   (``jax.typeof(x).vma`` up to jax 0.9, ``jax.typeof(x).mat.varying`` from 0.10).
 - ``clip``: ``jnp.clip`` accepting NumPy's old ``a_min``/``a_max`` keywords, which jax 0.10
@@ -22,9 +25,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-
-import jax
-import jax.numpy as jnp
 
 _REQUIREMENT = re.compile(r"^jax\s*>=\s*([0-9][0-9.]*)\s*$")
 
@@ -56,7 +56,7 @@ def jax_floor() -> str | None:
     jaxes runs from a source tree without metadata).
 
     Example:
-      >>> version_tuple(jax_floor()) <= version_tuple(jax.__version__)
+      >>> version_tuple(jax_floor()) <= version_tuple(jax_version())
       True
     """
     try:
@@ -90,18 +90,38 @@ def check_jax(version: str, floor: str | None) -> None:
         )
 
 
+def jax_version() -> str:
+    """The installed JAX's version, from its package metadata (no ``import jax``); a JAX
+    without metadata (a source tree on ``sys.path``) is imported to read ``jax.__version__``.
+
+    Example:
+      >>> import jax
+      >>> jax_version() == jax.__version__
+      True
+    """
+    try:
+        return importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        import jax
+
+        return jax.__version__
+
+
 def require_supported_jax() -> None:
     """``check_jax`` for the installed JAX and jaxes's declared floor."""
-    check_jax(jax.__version__, jax_floor())
+    check_jax(jax_version(), jax_floor())
 
 
 def varying_axes(x) -> frozenset:
     """The ``shard_map`` axes ``x`` varies over (empty outside ``shard_map``).
 
     Example:
+      >>> import jax
       >>> varying_axes(jax.numpy.zeros(2))
       frozenset()
     """
+    import jax
+
     aval = jax.typeof(x)
     mat = getattr(aval, "mat", None)
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
@@ -111,9 +131,12 @@ def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - jnp.
     """``jnp.clip`` that also takes NumPy's old ``a_min``/``a_max`` keywords.
 
     Example:
+      >>> import jax.numpy as jnp
       >>> clip(jnp.arange(4.0), a_min=1.0, a_max=2.0).tolist()
       [1.0, 1.0, 2.0, 2.0]
     """
+    import jax.numpy as jnp
+
     return jnp.clip(x, min if a_min is None else a_min, max if a_max is None else a_max)
 
 
@@ -122,12 +145,14 @@ def all_gather(x, axis_name, *, tiled: bool, invariant: bool):
     device along ``axis_name`` (inside ``shard_map`` only).
 
     Example:
-      >>> import numpy as np
+      >>> import jax, jax.numpy as jnp, numpy as np
       >>> gathered = jax.vmap(lambda x: all_gather(x, "i", tiled=True, invariant=False),
       ...                     axis_name="i")(jnp.arange(4.0).reshape(2, 2))
       >>> np.asarray(gathered).tolist()
       [[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]]
     """
+    import jax
+
     if not invariant:
         return jax.lax.all_gather(x, axis_name, tiled=tiled)
     if version_tuple(jax.__version__) >= (0, 10):
@@ -141,6 +166,7 @@ def backends_started() -> bool:
     """Whether JAX has started its backends (after which the CPU device count is fixed).
 
     Example:
+      >>> import jax
       >>> _ = jax.devices(); backends_started()
       True
     """

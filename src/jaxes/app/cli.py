@@ -4,11 +4,15 @@ This module holds the CLI's output policy; ``parser`` holds the arguments, ``tra
 ``finetune_command`` and ``commands`` the commands. Errors print one line (``jaxes: error:
 ...``) and exit with status 2, no traceback, and nothing already written is touched; Ctrl-C
 exits with 130 within moments, also during an XLA compile (``jaxes.app.interrupts``).
+
+Importing this module imports no JAX (nor ``import jaxes``, which is lazy): each command's
+module is imported when it runs, so ``jaxes --version`` prints without loading JAX.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import logging
 import os
 import signal
@@ -16,21 +20,18 @@ import sys
 import threading
 import warnings
 
+import jaxes
 from jaxes.app import interrupts
-from jaxes.app.commands import envs_command, eval_command, render_command
 from jaxes.app.errors import fail
-from jaxes.app.finetune_command import export_command, finetune_command
-from jaxes.app.parser import parser
-from jaxes.app.train_command import RUN_DIR, train_command
-from jaxes.training import rundir
 
+# command -> (module, function), imported when the command runs.
 COMMANDS = {
-    "train": train_command,
-    "eval": eval_command,
-    "render": render_command,
-    "envs": envs_command,
-    "finetune": finetune_command,
-    "export": export_command,
+    "train": ("jaxes.app.train_command", "train_command"),
+    "eval": ("jaxes.app.commands", "eval_command"),
+    "render": ("jaxes.app.commands", "render_command"),
+    "envs": ("jaxes.app.commands", "envs_command"),
+    "finetune": ("jaxes.app.finetune_command", "finetune_command"),
+    "export": ("jaxes.app.finetune_command", "export_command"),
 }
 # The command running, for the interrupt message's resume command (`jaxes finetune` writes a
 # run in RUN_DIR too).
@@ -38,12 +39,16 @@ COMMAND: list[str] = ["train"]
 
 
 def _interrupt_message(signum: int) -> str:
-    from jaxes.training.checkpoint import complete_steps
-
-    out = RUN_DIR[0]
     name = "interrupted" if signum == signal.SIGINT else f"stopped by signal {signum}"
+    # The signal watcher's thread imports nothing: a run directory is set only once a command
+    # has loaded train_command (and with it rundir and checkpoint).
+    train_command = sys.modules.get("jaxes.app.train_command")
+    out = None if train_command is None else train_command.RUN_DIR[0]
     if out is None:
         return name
+    from jaxes.training import rundir
+    from jaxes.training.checkpoint import complete_steps
+
     if complete_steps(rundir.checkpoints_of(out)):
         return f"{name}; continue with `jaxes {COMMAND[0]} --out {out} --resume`"
     if os.path.isfile(os.path.join(out, rundir.CONFIG)):
@@ -64,6 +69,12 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one ``jaxes`` command and returns its exit status (errors: one line, status 2)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--version"]:  # as argparse would, before the parser imports the strategies
+        print(f"jaxes {jaxes.__version__}")
+        return 0
+    from jaxes.app.parser import parser
+
     args = parser().parse_args(argv)
     COMMAND[0] = args.command
     import jax
@@ -78,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     _quiet_libraries()
     try:
-        return COMMANDS[args.command](args)
+        module, function = COMMANDS[args.command]
+        return getattr(importlib.import_module(module), function)(args)
     except (ValueError, CheckpointError, OSError, ConnectionError, MissingExtra) as err:
         if isinstance(err, BrokenPipeError):
             raise
