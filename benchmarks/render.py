@@ -171,7 +171,7 @@ def t_install(r: Results) -> str:
     data = r("install.json")
     rows = [
         [
-            f"`pip install '.{row['extras']}'`" if row["extras"] != "(none)" else "`pip install .`",
+            f"`{row['extras']}`" if row["extras"] != "(none)" else "none",
             str(row["packages"]),
             "yes" if row["has_brax"] else "no",
             f"{row['import_s_median']:.2f}",
@@ -179,7 +179,7 @@ def t_install(r: Results) -> str:
         ]
         for row in data["rows"]
     ]
-    head = "install | packages | Brax | `import jaxes`, s (median of 5 processes) | install s"
+    head = "extras | packages | Brax | `import jaxes`, s (median of 5 processes) | install s"
     return with_sources(markdown_table(head, "lrlrr", rows), r, "install.json")
 
 
@@ -766,9 +766,9 @@ def table3_records(r: Results, folder: str) -> list[dict]:
 def table3_sources(records: list[dict], folder: str) -> str:
     sittings = [s for rec in records for s in rec["sittings"]]
     runs = {}
-    for s in sittings:
+    for s in sorted(sittings, key=lambda s: s["machine"].get("date_utc", "")):
         m = s["machine"]
-        runs.setdefault(m["command"], m)
+        runs.setdefault((m["command"], m.get("git")), m)
     parts = "; ".join(described(m) for m in runs.values())
     return (
         f"Records `benchmarks/results/{folder}/<env>.json` ({len(records)} envs, "
@@ -1122,8 +1122,8 @@ def t_countdown_summary(r: Results) -> str:
             row.append(f"{m['mean']:.3f} [{lo:.3f}, {hi:.3f}]" if m else "")
         rows.append(row)
     head = (
-        "method | small model, 60 s | small model, 3e6 tokens | large model, 60 s (held-out "
-        "accuracy, mean over seeds 1–5 [95 % t interval])"
+        "held-out accuracy, mean over seeds 1–5 [95 % t interval] | small model, 60 s | "
+        "small model, 3e6 tokens | large model, 60 s"
     )
     return with_sources(
         markdown_table(head, "lrrr", rows),
