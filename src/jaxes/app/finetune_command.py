@@ -65,8 +65,8 @@ def finetune_arguments(sub) -> None:
         description="Fine-tune a Hugging Face model directory with OpenAI-ES and low-rank "
         "members (jaxes.llm) on text problems and a reward. Writes config.json, metrics.jsonl "
         "(eval_return: the centre's mean reward on the held-out problems, greedy), "
-        "checkpoints/ and learning_curve.png into --out, as `jaxes train` does; `jaxes export "
-        "RUN --out DIR` writes the fine-tuned model.",
+        "checkpoints/ and (with the plot extra) learning_curve.png into --out, as `jaxes train` "
+        "does; `jaxes export RUN --out DIR` writes the fine-tuned model.",
     )
     for flag, field, kind, text in FINETUNE_FLAGS:
         how = {"action": "store_true"} if kind == "flag" else {"type": kind}

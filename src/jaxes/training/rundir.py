@@ -1,10 +1,11 @@
 """The run directory: its layout, who may write it, and whether a run starts, restarts or resumes.
 
 A run directory holds ``config.json`` (the settings, written first), ``metrics.jsonl`` (a line
-per generation), ``checkpoints/`` (whole states; the newest ``checkpoint.KEEP`` are kept) and
-``learning_curve.png``. A directory of several seeds' runs (``run_seeds``) holds ``seeds.json``,
-``summary.json``, ``learning_curves.png`` and one run directory ``seed-S`` per seed. Every path
-of these is built here (``checkpoints_of``, ``metrics_of``, ``seed_dir``).
+per generation), ``checkpoints/`` (whole states; the newest ``checkpoint.KEEP`` are kept) and,
+with the ``plot`` extra, ``learning_curve.png``. A directory of several seeds' runs
+(``run_seeds``) holds ``seeds.json``, ``summary.json``, ``learning_curves.png`` (with the
+``plot`` extra) and one run directory ``seed-S`` per seed. Every path of these is built here
+(``checkpoints_of``, ``metrics_of``, ``seed_dir``).
 
 Admission (``open_run``, ``open_seeds``, ``resume_target``): a new run needs an empty directory
 (or one holding only a run that never reached its first checkpoint, which restarts in place); a

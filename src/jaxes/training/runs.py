@@ -97,9 +97,9 @@ def run(
       paths.
 
     Files: ``config.json``, ``metrics.jsonl`` (one strict-JSON object per generation, with
-    ``eval_return`` on each block's last generation), ``checkpoints/`` (the newest 3) and
-    ``learning_curve.png``. With several processes only process 0 writes run files, and all
-    of them take part in checkpoints.
+    ``eval_return`` on each block's last generation), ``checkpoints/`` (the newest 3) and,
+    with the ``plot`` extra, ``learning_curve.png``. With several processes only process 0
+    writes run files, and all of them take part in checkpoints.
 
     Example (a user's own task, not Brax: any ``Task`` gets the whole runner):
       >>> import io, tempfile, jaxes
@@ -152,9 +152,10 @@ def run_seeds(
 
     A run that reaches ``timesteps`` or ``target_return`` stops there while the others go on.
     ``out/seeds.json`` records the seeds, ``out/summary.json`` the per-seed results with the
-    median and spread of the final evaluations, and ``out/learning_curves.png`` shows every
-    seed. ``progress_fn(generation, metrics)`` is called per seed, with ``metrics["seed"]``;
-    the progress line shows the median over the seeds, and says so. ``loggers`` log one
+    median and spread of the final evaluations, and ``out/learning_curves.png`` (with the
+    ``plot`` extra) shows every seed. ``progress_fn(generation, metrics)`` is called per
+    seed, with ``metrics["seed"]``; the progress line shows the median over the seeds, and
+    says so. ``loggers`` log one
     tracked run per seed (``seed-S``), grouped under ``out``'s name.
 
     Returns:
