@@ -8,7 +8,7 @@ LOCK := requirements/locked.txt
 # Compiled XLA programs are cached outside the repository so repeated runs skip compiles.
 export JAXES_CACHE_DIR ?= $(HOME)/.cache/jaxes/xla
 
-.PHONY: demo test test-compat lint format bench lock clean
+.PHONY: demo test test-compat docs lint format bench lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ $(VENV)/.demo-installed: pyproject.toml $(LOCK) | $(BIN)/python
 # Countdown fine-tune, which the examples, notebooks and their tests import).
 $(VENV)/.test-installed: pyproject.toml examples/pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[brax,gymnax,plot,dev]' -e ./examples
-	touch $@ $(VENV)/.demo-installed
+	touch $@ $(VENV)/.demo-installed $(VENV)/.docs-installed
+
+# The docs site's packages (dev has them too: tests/test_docs_api.py builds a tiny site).
+$(VENV)/.docs-installed: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[docs]'
+	touch $@
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/jaxes train
@@ -37,6 +42,16 @@ demo: $(VENV)/.demo-installed
 TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+
+# The docs site (docs/conf.py) in build/docs: the guides, the API reference from the docstrings,
+# the notebooks as committed (never run here). Every warning is an error, a cross-reference
+# that resolves to nothing included (-n); --keep-going lists them all before failing, each with
+# its file. -E rereads every page, so a warning is never hidden by a page Sphinx kept from the
+# last build. JAX on the CPU: autodoc imports the modules and runs nothing.
+DOCS_FLAGS := -W --keep-going -n -E
+docs: $(VENV)/.docs-installed
+	JAX_PLATFORMS=cpu $(BIN)/python -m sphinx -b html -q $(DOCS_FLAGS) -c docs -d build/docs-doctrees . build/docs
+	@echo "docs: build/docs/index.html"
 
 # jaxes as users install it: the built wheel in two fresh venvs, each running
 # tests/test_install.py. floor: every core, gymnax and plot dependency at its declared
@@ -68,12 +83,12 @@ lock:
 	mv $(LOCK).new $(LOCK)
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check src tests examples benchmarks notebooks
-	$(BIN)/ruff format --check src tests examples benchmarks notebooks
+	$(BIN)/ruff check src tests examples benchmarks notebooks docs/*.py
+	$(BIN)/ruff format --check src tests examples benchmarks notebooks docs/*.py
 
 format: $(VENV)/.test-installed
-	$(BIN)/ruff format src tests examples benchmarks notebooks
-	$(BIN)/ruff check --fix src tests examples benchmarks notebooks
+	$(BIN)/ruff format src tests examples benchmarks notebooks docs/*.py
+	$(BIN)/ruff check --fix src tests examples benchmarks notebooks docs/*.py
 
 bench: $(VENV)/.test-installed
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -33,8 +33,9 @@ EXAMPLES = tomllib.loads((ROOT / "examples" / "pyproject.toml").read_text())["pr
 # The extras `make test` installs (with -e ./examples); benchmarks/ also need `bench`, which the
 # suite does not install.
 TESTED_EXTRAS = ("brax", "gymnax", "plot", "dev")
-# The library's optional features: every extra but the tools to develop and to benchmark it.
-FEATURES = tuple(sorted(set(JAXES["optional-dependencies"]) - {"dev", "bench"}))
+# The library's optional features: every extra but the tools to develop, document and
+# benchmark it.
+FEATURES = tuple(sorted(set(JAXES["optional-dependencies"]) - {"dev", "docs", "bench"}))
 # The two distributions of this repository, by the names they are imported as.
 OURS = {"jaxes", "jaxes_examples"}
 # Import name -> distribution, where the two differ (otherwise they are the same name, up to
@@ -335,8 +336,10 @@ def test_an_extra_that_names_other_extras_of_jaxes_declares_theirs():
 
 @pytest.mark.parametrize("folder", ["tests", "examples"])
 def test_tests_and_examples_import_only_what_make_test_installs(folder):
-    # Files of the repository that tests put on sys.path (benchmarks/table3.py, tests/helpers.py).
-    local = {p.stem for d in ("tests", "examples", "benchmarks") for p in (ROOT / d).glob("*.py")}
+    # Files of the repository that tests put on sys.path (benchmarks/table3.py, tests/helpers.py,
+    # docs/api_modules.py).
+    folders = ("tests", "examples", "benchmarks", "docs")
+    local = {p.stem for d in folders for p in (ROOT / d).glob("*.py")}
     allowed = declared(("core", *TESTED_EXTRAS)) | declared(("core",), EXAMPLES)
     assert undeclared(third_party(python_files(ROOT / folder), local), allowed) == []
 

@@ -1,15 +1,26 @@
-"""The docs name only what the code has: each `jaxes...` name imports, each keyword exists.
+"""The docs name only what the code has, and the API reference covers the whole API.
 
-Reads inline code spans (outside fenced blocks) of README.md and docs/*.md. A span that starts
+Inline code (README.md, docs/*.md): each inline code span (outside fenced blocks) that starts
 with a jaxes module (`jaxes.noise.table_size`, `train.load_policy`, `centroid.masses`) must
 resolve; a bare call (`brax_task(env_name, ...)`) is looked up in the modules its section and
 its paragraph name, and where it resolves, each argument the docs give must be a parameter.
+
+The API reference (docs/api.md, built by `make docs`): its pages are generated from the
+docstrings (docs/conf.py writes one per module, docs/api_modules.py says what each holds), and
+docs/api.md lists them. Checked here without building the site: every public module has a
+page in api.md's toctrees and nothing else does; api.md's tables hold every name
+``jaxes.__all__`` exports, each resolving; every page describes or links each name its module
+exports, and each link lands on a page that describes it. A tiny site built with make docs's
+flags and the docs' settings fails on a docstring that does not parse and on a broken
+cross-reference, naming the file (`make docs` itself runs in CI, after `make test`).
 """
 
 import importlib
 import inspect
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +28,9 @@ import pytest
 import jaxes
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs"))
+from api_modules import page_names, public_modules  # noqa: E402
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SPAN = re.compile(r"`([^`]+)`")  # a code span may wrap over lines
 DOTTED = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
@@ -168,3 +182,182 @@ def test_the_reader_catches_a_wrong_module_a_missing_name_and_a_wrong_keyword(tm
     assert "no_such_thing" in found[1]
     assert "train.generation_step" in found[2]
     assert "no_such_function" in found[3]
+
+
+# ------------------------------------------------------------------ the API reference
+
+API = ROOT / "docs" / "api.md"
+TOCTREE = re.compile(r"^```\{toctree\}\n(.*?)^```", re.M | re.S)
+AUTOSUMMARY = re.compile(r"^\.\. autosummary::\n(.*?)(?=^```|\Z)", re.M | re.S)
+
+
+def listed_modules(text: str) -> list[str]:
+    """The modules whose pages docs/api.md's toctrees list (``_api/jaxes.noise``)."""
+    entries = [line.strip() for block in TOCTREE.findall(text) for line in block.splitlines()]
+    return [e.removeprefix("_api/") for e in entries if e.startswith("_api/")]
+
+
+def summarised(text: str) -> list[str]:
+    """The full names in docs/api.md's autosummary tables (``~jaxes.shaping.raw``)."""
+    lines = [line.strip() for block in AUTOSUMMARY.findall(text) for line in block.splitlines()]
+    return [line.lstrip("~") for line in lines if line and not line.startswith(":")]
+
+
+def resolve(name: str):
+    """The object a full dotted name names, importing its longest module prefix (so that
+    ``jaxes.strategies.snes.snes`` is the function in the module, not the package's)."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def reference_problems(text: str, public: list[str]) -> list[str]:
+    problems = []
+    listed = listed_modules(text)
+    problems += [f"no page for public module {m}" for m in public if m not in listed]
+    problems += [f"a page for {m}, not a public module" for m in listed if m not in public]
+    problems += [f"{m} listed twice" for m in sorted(set(listed)) if listed.count(m) > 1]
+    found = []
+    for name in summarised(text):
+        try:
+            found.append(resolve(name))
+        except (ImportError, AttributeError):
+            problems.append(f"{name} does not import")
+    for name in jaxes.__all__:
+        if not any(obj is getattr(jaxes, name) for obj in found):
+            problems.append(f"jaxes.{name} is not in api.md's tables")
+    return problems
+
+
+def test_the_reference_has_a_page_for_each_public_module_and_every_name_jaxes_exports():
+    assert reference_problems(API.read_text(), public_modules()) == []
+
+
+def test_the_reference_checks_catch_a_missing_page_a_missing_name_and_a_wrong_one():
+    text = API.read_text()
+    assert "\n_api/jaxes.noise.budget\n" in text and "   ~jaxes.shaping.raw\n" in text
+    planted = text.replace("\n_api/jaxes.noise.budget\n", "\n_api/jaxes.no_such_module\n")
+    planted = planted.replace("   ~jaxes.shaping.raw\n", "   ~jaxes.shaping.no_such_name\n")
+    assert reference_problems(planted, public_modules()) == [
+        "no page for public module jaxes.noise.budget",
+        "a page for jaxes.no_such_module, not a public module",
+        "jaxes.shaping.no_such_name does not import",
+        "jaxes.raw is not in api.md's tables",
+    ]
+
+
+def page_problems(public: list[str]) -> list[str]:
+    """Names a module exports that its page neither describes nor links, and links to a page
+    that does not describe the name."""
+    pages = {m: page_names(m, public) for m in public}
+    problems = []
+    for module, (here, elsewhere) in pages.items():
+        exported = getattr(importlib.import_module(module), "__all__", None)
+        if exported is None:
+            continue
+        linked = {target.rsplit(".", 1)[1]: target for target in elsewhere}
+        for name in exported:
+            obj = getattr(importlib.import_module(module), name)
+            if inspect.ismodule(obj) or name in here:
+                continue
+            target = linked.get(getattr(obj, "__name__", name))
+            if target is None:
+                problems.append(f"{module}.{name}: neither described nor linked")
+                continue
+            home, home_name = target.rsplit(".", 1)
+            described = pages[home][0]
+            if described is not None and home_name not in described:
+                problems.append(f"{module}.{name}: linked to {target}, not described there")
+    return problems
+
+
+def test_each_page_describes_or_links_what_its_module_exports():
+    public = public_modules()
+    assert page_problems(public) == []
+    here, elsewhere = page_names("jaxes", public)
+    assert here == [] and "jaxes.strategies.open_es.open_es" in elsewhere
+    assert len(elsewhere) == len(jaxes.__all__)
+
+
+# ------------------------------------------------------------------ bad input fails the build
+
+
+def docs_flags() -> list[str]:
+    """make docs's sphinx-build flags (the Makefile's DOCS_FLAGS)."""
+    match = re.search(r"^DOCS_FLAGS := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    return match.group(1).split()
+
+
+TINY_CONF = """
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {here!r})
+real = Path({conf!r})
+settings = {{"__file__": str(real)}}
+exec(compile(real.read_text(), str(real), "exec"), settings)
+globals().update({{k: v for k, v in settings.items() if k in KEPT}})
+root_doc = "index"
+include_patterns = ["**"]
+exclude_patterns = ["_build"]
+"""
+# The settings that decide what a warning is, taken from docs/conf.py itself.
+KEPT = (
+    "extensions",
+    "nitpicky",
+    "nitpick_ignore",
+    "nitpick_ignore_regex",
+    "suppress_warnings",
+    "napoleon_google_docstring",
+    "napoleon_numpy_docstring",
+    "myst_enable_extensions",
+    "myst_heading_anchors",
+    "nb_execution_mode",
+)
+
+
+def build_tiny_site(tmp_path: Path, docstring: str, page: str) -> subprocess.CompletedProcess:
+    tmp_path.mkdir()
+    (tmp_path / "tiny_module.py").write_text(f'def probe():\n    """{docstring}"""\n')
+    (tmp_path / "index.md").write_text(
+        f"# Tiny\n\n{page}\n\n```{{eval-rst}}\n.. autofunction:: tiny_module.probe\n```\n"
+    )
+    conf = TINY_CONF.format(here=str(tmp_path), conf=str(ROOT / "docs" / "conf.py"))
+    (tmp_path / "conf.py").write_text(f"KEPT = {KEPT!r}\n" + conf)
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", *docs_flags()]
+    return subprocess.run(
+        [*command, str(tmp_path), str(tmp_path / "_build")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_make_docs_fails_on_a_broken_docstring_or_reference_and_names_the_file(tmp_path):
+    pytest.importorskip("sphinx")
+    assert {"-W", "-n", "--keep-going"} <= set(docs_flags())
+    ok = build_tiny_site(tmp_path / "ok", "Fine: ``x``.\n\n    Args:\n      x: a number.\n", "")
+    assert ok.returncode == 0, ok.stderr
+    broken = build_tiny_site(
+        tmp_path / "broken",
+        "Unclosed: ``x.\n\n    Args:\n      x: see :func:`no_such_function`.\n",
+        "[a missing page](missing.md)",
+    )
+    assert broken.returncode != 0
+    lines = broken.stderr.splitlines()
+    module = str(tmp_path / "broken" / "tiny_module.py")
+    page = str(tmp_path / "broken" / "index.md")
+
+    def named(path, words):
+        return any(line.startswith(path) and words in line for line in lines)
+
+    assert named(module, "Inline literal start-string"), lines  # the docstring does not parse
+    assert named(module, "no_such_function"), lines  # a reference to nothing
+    assert named(page, "missing.md"), lines  # a link to a page that is not there

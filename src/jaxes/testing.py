@@ -7,16 +7,16 @@ stats carry ``weights``, ``masses``, ``moments`` and ``sigma`` (every jaxes stra
 Not every property holds for every strategy; a check asked of a strategy it does not apply to
 (known from ``strategy.traits``) raises ``ValueError`` saying why:
 
-==================================  =======  ====  ====  ===  ==========  ======  ====  =========
+=================================== =======  ====  ====  ===  ==========  ======  ====  =========
 check                               open_es  pgpe  snes  ars  sep_cma_es  cma_es  xnes  cr_fm_nes
-==================================  =======  ====  ====  ===  ==========  ======  ====  =========
+=================================== =======  ====  ====  ===  ==========  ======  ====  =========
 assert_update_matches_classical     yes      no    no    no   no          no      no    no
 assert_moments_match_population     yes      yes   yes   yes  yes         yes     yes   yes
 assert_shift_and_scale_invariant    yes¹     yes¹  yes¹  yes  yes         yes     yes   yes
 assert_monotone_invariant           yes²     yes²  yes²  no   yes         yes     yes   yes
 assert_antithetic_centroid_on_model yes³     yes³  yes³  yes  no          no      no    yes
 assert_members_rebuilt              yes      yes   yes   yes  yes         yes     yes   yes
-==================================  =======  ====  ====  ===  ==========  ======  ====  =========
+=================================== =======  ====  ====  ===  ==========  ======  ====  =========
 
 ¹ with ``scale=None`` under ``fitness_shaping="raw"``; ² with a rank shaping (the defaults);
 ³ with antithetic pairs (snes: ``antithetic=True``).

@@ -3,7 +3,7 @@
 A leaf ``W`` (``(..., m, n)``, two or more axes) is kept as ``Int8(values, scale)`` with
 ``scale[..., j] = max_i |W[..., i, j]| / 127`` and ``values = round(W / scale)`` in int8, so
 ``W ≈ values * scale``. A layer reading such a kernel computes ``(x @ values) * scale``: the
-int8 values are exact in any float format (|v| ≤ 127), so the product accumulates in float32
+int8 values are exact in any float format (``|v| ≤ 127``), so the product accumulates in float32
 and only the weights are quantised. With ES the float32 master θ is quantised once per
 generation and every member is that quantised centre plus its displacement, so the update
 estimates the gradient at ``dequantize(quantize(θ))`` (``jaxes.factored.evaluate(...,

@@ -16,6 +16,11 @@ the flattened params: ``Diagonal`` cannot express ``vᵀ z`` (it mixes coordinat
   ``y_i = D⁻¹ δ_i/σ`` at rates ``η_B w_i`` and of ``p_c/D`` at ``c_1`` (< 0 below d = 5, as
   in the paper); then ``D`` is scaled to ``det(D (I + v vᵀ)^{1/2}) = 1``;
 - ``σ ← σ exp(η_σ/2 · Σ w_i (‖z_i‖² - d)/d)``.
+
+On rotated ill-conditioned problems at small ``λ`` and ``d`` (a rotated cigar or ellipsoid,
+``d = 10``, ``λ = 10``) ``v`` can grow without bound, as in the authors' own ``crfmnes`` and in
+evosax's ``CR_FM_NES``; a step that would make ``D`` non-positive or overflow keeps ``D`` and
+``v``.
 """
 
 from __future__ import annotations

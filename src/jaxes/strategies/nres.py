@@ -39,7 +39,7 @@ from jaxes.types import Params, Strategy
 @state_dataclass
 class NRESState(StrategyState):
     """NRES's state; its own fields: ``opt_state`` (optax's, on θ) and ``truncation`` (the
-    truncations told in this unroll, ``0 .. T/K - 1``). The particles' noise is the shared
+    truncations told in this unroll, from 0 to ``T/K - 1``). The particles' noise is the shared
     ``key``'s, kept from the unroll's first ``ask``."""
 
     strategy = "nres"

@@ -47,7 +47,7 @@ class PESState(StrategyState):
     """PES's state; its own fields: ``opt_state`` (optax's, on θ), ``noise_sum`` (each
     particle's displacements summed over the truncations told in this unroll: a pytree like the
     params with a leading axis ``P``, float32; zeros at an unroll's start) and ``truncation``
-    (the truncations told in this unroll, ``0 .. T/K - 1``)."""
+    (the truncations told in this unroll, from 0 to ``T/K - 1``)."""
 
     strategy = "pes"
     opt_state: optax.OptState

@@ -88,7 +88,7 @@ def state_dataclass(cls):
 
 
 _FIELDS = """
-    Fields every strategy state has:
+    Attributes:
       params: the mean θ (the master copy: float32, or float64 for float64 params).
       key: the key of the latest ``ask`` (threefry); the noise is rebuilt from it.
       generation: how many ``tell`` calls have updated the state.

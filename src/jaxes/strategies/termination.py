@@ -5,19 +5,20 @@ of them); nothing stops by itself, so a loop inside ``jit`` or ``lax.scan`` read
 ``jaxes.strategies.restarts`` does). The criteria and their defaults follow Hansen's tutorial
 (2016, appendix B.3) and pycma's options:
 
-==============  ==========================================================================
-``tolfun``      the range of this generation's fitness and of the best fitness over the last
-                ``10 + ⌈30d/λ⌉`` generations are both below ``1e-11``
-``tolx``        ``σ · max √C_ii`` and ``σ · max |p_c|`` are both below ``1e-12 · σ0``
-``tolupsigma``  ``σ · max D > 1e20 · σ0`` (σ diverged: the problem may be unbounded)
-``conditioncov`` the condition number of ``C`` exceeds ``1e14``
-``noeffectaxis`` adding ``0.1 σ`` times a principal axis (axis ``g mod d``) leaves m unchanged
-``noeffectcoord`` adding ``0.2 σ √C_jj`` to some coordinate leaves that coordinate unchanged
-``stagnation``  over the last ``L = min(20000, 120 + ⌈30d/λ⌉)`` generations, the median of the
-                newest 30 % of both the best and the median fitness is no better than that of
-                the oldest 30 %
-``flat_fitness`` this generation's fitness carried no ranking (all equal or non-finite)
-==============  ==========================================================================
+=================  ==========================================================================
+``tolfun``         the range of this generation's fitness and of the best fitness over the last
+                   ``10 + ⌈30d/λ⌉`` generations are both below ``1e-11``
+``tolx``           ``σ · max √C_ii`` and ``σ · max |p_c|`` are both below ``1e-12 · σ0``
+``tolupsigma``     ``σ · max D > 1e20 · σ0`` (σ diverged: the problem may be unbounded)
+``conditioncov``   the condition number of ``C`` exceeds ``1e14``
+``noeffectaxis``   adding ``0.1 σ`` times a principal axis (axis ``g mod d``) leaves m
+                   unchanged
+``noeffectcoord``  adding ``0.2 σ √C_jj`` to some coordinate leaves that coordinate unchanged
+``stagnation``     over the last ``L = min(20000, 120 + ⌈30d/λ⌉)`` generations, the median of the
+                   newest 30 % of both the best and the median fitness is no better than that of
+                   the oldest 30 %
+``flat_fitness``   this generation's fitness carried no ranking (all equal or non-finite)
+=================  ==========================================================================
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def t_asy(x, beta: float):
 
 
 def f_pen(x):
-    """Σ max(0, |x_i| - 5)²: zero inside [-5, 5]^d."""
+    """``Σ max(0, |x_i| - 5)²``: zero inside ``[-5, 5]^d``."""
     return jnp.sum(jnp.maximum(jnp.abs(x) - 5.0, 0.0) ** 2, axis=-1)
 
 
@@ -140,9 +140,9 @@ def attractive_sector(x, data):
 
 
 def step_ellipsoid(x, data):
-    """f7: 0.1 max(|ẑ_1|/10⁴, Σ 10^(2i/(d-1)) (R z̃)_i²) + f_pen(x) + f_opt.
+    """f7: ``0.1 max(|ẑ_1|/10⁴, Σ 10^(2i/(d-1)) (R z̃)_i²) + f_pen(x) + f_opt``.
 
-    ẑ = Λ^10 Q (x - x_opt); z̃_i = ⌊ẑ_i + ½⌋ where |ẑ_i| > ½, else ⌊10 ẑ_i + ½⌋ / 10.
+    ``ẑ = Λ^10 Q (x - x_opt)``; ``z̃_i = ⌊ẑ_i + ½⌋`` where ``|ẑ_i| > ½``, else ``⌊10 ẑ_i + ½⌋ / 10``.
     """
     x, p = _prepare(x, data)
     d = x.shape[-1]
@@ -198,7 +198,7 @@ def sharp_ridge(x, data):
 
 
 def different_powers(x, data):
-    """f14: √(Σ |z_i|^(2 + 4i/(d-1))) + f_opt, z = R (x - x_opt)."""
+    """f14: ``√(Σ |z_i|^(2 + 4i/(d-1))) + f_opt``, ``z = R (x - x_opt)``."""
     x, p = _prepare(x, data)
     z = _mat(p["R"], x - p["xopt"])
     exponent = _const(2.0 + 4.0 * np.arange(x.shape[-1]) / (x.shape[-1] - 1.0), x)
@@ -253,10 +253,10 @@ def griewank_rosenbrock(x, data):
 
 
 def schwefel(x, data):
-    """f20: 0.01 (418.9828872724339 - Σ w_i sin √|w_i| / d + Σ max(0, |w_i| - 500)²) + f_opt.
+    """f20: ``0.01 (418.9828872724339 - Σ w_i sin √|w_i| / d + Σ max(0, |w_i| - 500)²) + f_opt``.
 
-    x̂ = 2 sign(x_opt) ⊙ x; ẑ_1 = x̂_1, ẑ_i = x̂_i + ¼ (x̂_{i-1} - 2|x_opt,i-1|);
-    w = 100 (Λ^10 (ẑ - 2|x_opt|) + 2|x_opt|).
+    ``x̂ = 2 sign(x_opt) ⊙ x``; ``ẑ_1 = x̂_1``, ``ẑ_i = x̂_i + ¼ (x̂_{i-1} - 2|x_opt,i-1|)``;
+    ``w = 100 (Λ^10 (ẑ - 2|x_opt|) + 2|x_opt|)``.
     """
     x, p = _prepare(x, data)
     twice = 2.0 * jnp.abs(p["xopt"])
@@ -284,8 +284,8 @@ def gallagher(x, data):
 def katsuura(x, data):
     """f23: 10/d² (Π_i (1 + i t_i)^(10/d^1.2) - 1) + f_pen(x) + f_opt.
 
-    t_i = Σ_{j=1..32} |2^j z_i - [2^j z_i]| / 2^j, z = R Λ^100 Q (x - x_opt), i 1-based,
-    [·] rounding half up.
+    ``t_i = Σ_{j=1..32} |2^j z_i - [2^j z_i]| / 2^j``, ``z = R Λ^100 Q (x - x_opt)``, ``i``
+    1-based, ``[·]`` rounding half up.
     """
     x, p = _prepare(x, data)
     d = x.shape[-1]
