@@ -28,7 +28,10 @@ LOOP = {"eval_every": 2, "checkpoint_every": 4, "plot": True}
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
-    for name in ("WANDB_MODE", "WANDB_PROJECT", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+    # MLflow's readers below open jaxes's default store, SQLite, without MLflow 3's opt-in to
+    # its file store in maintenance mode (MLFLOW_ALLOW_FILE_STORE).
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME",
+                 "MLFLOW_ALLOW_FILE_STORE"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
 
@@ -188,17 +191,22 @@ def _log_records(data: bytes, block: int = 32768):
             yield pending + chunk
 
 
-def mlflow_runs(root):
+def mlflow_store(root) -> str:
+    """The store jaxes logs ``root``'s runs to by default: the SQLite database in it."""
+    return "sqlite:///" + os.path.join(os.path.abspath(root), "mlflow.db")
+
+
+def mlflow_runs(root, store=None):
     import mlflow
 
-    mlflow.set_tracking_uri("file://" + os.path.join(root, trackers.MLFLOW_DIR))
+    mlflow.set_tracking_uri(store or mlflow_store(root))
     return mlflow.search_runs(experiment_names=["jaxes"], output_format="list")
 
 
-def mlflow_history(run_id, name, root) -> list[tuple[int, float]]:
+def mlflow_history(run_id, name, root, store=None) -> list[tuple[int, float]]:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient("file://" + os.path.join(root, trackers.MLFLOW_DIR))
+    client = MlflowClient(store or mlflow_store(root))
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
 
 
@@ -273,7 +281,41 @@ def test_wandb_offline_run_holds_the_settings_and_the_learning_curve(crashed_and
         assert f.read() == curve(out)
 
 
-def test_mlflow_file_store_run_equals_metrics_jsonl(crashed_and_resumed):
+def test_mlflow_default_store_is_a_sqlite_database_in_the_output_directory(crashed_and_resumed):
+    """Issue 63: MLflow 3 keeps the file store jaxes defaulted to (OUT/mlruns) in maintenance
+    mode; the default is now OUT/mlflow.db, the learning curve in OUT/mlartifacts."""
+    out = crashed_and_resumed
+    record = json.loads(open_text(os.path.join(out, loggers.LOGGERS)))
+    assert record["ids"]["mlflow"]["tracking_uri"] == mlflow_store(out)
+    assert trackers.mlflow_default_uri(out) == mlflow_store(out)
+    assert os.path.isfile(os.path.join(out, "mlflow.db"))
+    assert not os.path.exists(os.path.join(out, trackers.MLFLOW_DIR))
+    (found,) = mlflow_runs(out)
+    assert found.info.artifact_uri.startswith("file://" + os.path.join(out, "mlartifacts"))
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
+
+
+def test_a_run_begun_in_a_file_store_resumes_logging_there(monkeypatch, tmp_path):
+    """A run logged before the default was SQLite (its loggers.json records OUT/mlruns) goes
+    on in that store on resume, and MLflow's client reads it with MLFLOW_ALLOW_FILE_STORE."""
+    out = str(tmp_path / "run")
+    old = "file://" + os.path.join(out, trackers.MLFLOW_DIR)  # the default jaxes recorded
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", old)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    stream = io.StringIO()
+    run(ES, TASK, out, generations=4, loggers="mlflow", stream=stream, **LOOP)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    run(ES, TASK, out, generations=8, loggers="mlflow", stream=stream, resume=True, **LOOP)
+    assert "log failed" not in stream.getvalue()
+    assert not os.path.exists(os.path.join(out, "mlflow.db"))
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # what reading a file store needs
+    (found,) = mlflow_runs(out, old)
+    returns = mlflow_history(found.info.run_id, "eval_return", out, old)
+    assert [s for s, _ in returns] == [2, 4, 6, 8] and found.info.status == "FINISHED"
+
+
+def test_mlflow_run_equals_metrics_jsonl(crashed_and_resumed):
     out = crashed_and_resumed
     (found,) = mlflow_runs(out)
     assert found.info.status == "FINISHED" and found.data.params["generations"] == "10"
@@ -297,7 +339,7 @@ def test_mlflow_run_holds_the_settings_and_the_learning_curve(crashed_and_resume
     out = crashed_and_resumed
     (found,) = mlflow_runs(out)
     assert found.data.params == {k: str(v) for k, v in settings(out).items()}
-    client = MlflowClient("file://" + os.path.join(out, trackers.MLFLOW_DIR))
+    client = MlflowClient(mlflow_store(out))
     (artifact,) = client.list_artifacts(found.info.run_id)
     assert artifact.path == rundir.LEARNING_CURVE
     local = client.download_artifacts(found.info.run_id, artifact.path, str(out) + "-artifact")
@@ -314,10 +356,13 @@ def test_loggers_json_records_each_tracker_through_the_last_generation(crashed_a
 # ------------------------------------------------------------------ seeds, grouped
 
 
-def test_seeds_log_one_run_each_grouped(tmp_path):
+def test_seeds_log_one_run_each_grouped(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     out = str(tmp_path / "seeds")
     run_seeds(ES, TASK, out, seeds=[0, 1], generations=4, loggers="tensorboard,wandb,mlflow",
               stream=io.StringIO(), **LOOP)  # fmt: skip
+    assert os.listdir(tmp_path) == ["seeds"]  # nothing in the working directory (./mlruns)
+    assert os.path.isfile(os.path.join(out, "mlflow.db"))  # one store for the seeds' runs
     found = mlflow_runs(out)
     assert sorted(r.info.run_name for r in found) == ["seed-0", "seed-1"]
     assert {r.data.tags["jaxes.group"] for r in found} == {"seeds"}
@@ -340,6 +385,18 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, name, extra):
     with pytest.raises(MissingExtra) as err:
         loggers.check_loggers(f"csv,{name}")
     assert "\n" not in str(err.value) and f"pip install 'jaxes[{extra}]'" in str(err.value)
+
+
+def test_mlflow_without_its_sqlite_store_modules_is_the_missing_extra(monkeypatch):
+    """mlflow-skinny leaves out what MLflow's SQLite store needs: an install that has MLflow
+    but not alembic (jaxes[mlflow] from before the default was SQLite) is told the extra."""
+    monkeypatch.setitem(sys.modules, "alembic", None)
+    with pytest.raises(MissingExtra) as err:
+        loggers.check_loggers("mlflow")
+    assert str(err.value) == (
+        "logs to MLflow need the 'mlflow' extra: pip install 'jaxes[mlflow]' "
+        "(no module named 'alembic')"
+    )
 
 
 def test_unknown_tracker_is_refused_before_anything_is_written(tmp_path):

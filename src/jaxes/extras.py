@@ -21,7 +21,7 @@ MODULES = {
     # Experiment trackers (jaxes.training.trackers).
     "tensorboard": ("tensorboardX",),
     "wandb": ("wandb",),
-    "mlflow": ("mlflow",),
+    "mlflow": ("mlflow", "sqlalchemy", "alembic"),  # the last two: MLflow's SQLite store
     # The progress line redrawn in place inside Jupyter (jaxes.training.progress).
     "notebook": ("IPython",),
 }

@@ -310,8 +310,8 @@ def _train_arguments(sub) -> None:
         default=None,
         metavar="TRACKERS",
         help="log to experiment trackers too: tensorboard, wandb, mlflow, csv, or several as "
-        "a comma list (W&B offline and MLflow's local store unless their env variables say "
-        "otherwise); --resume continues the run's own unless given",
+        "a comma list (W&B offline and MLflow's SQLite store OUT/mlflow.db unless their env "
+        "variables say otherwise); --resume continues the run's own unless given",
     )
     _host_arguments(train)
 

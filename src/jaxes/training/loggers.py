@@ -47,7 +47,8 @@ def check_loggers(loggers: str | Sequence[str] | None) -> tuple[str, ...]:
             raise ValueError(f"loggers: unknown {name!r}; choose from {known}")
         if name in trackers.EXTRAS:
             module, feature = trackers.EXTRAS[name]
-            extras.require(module, name, feature)
+            for needed in (module, *trackers.NEEDS.get(name, ())):
+                extras.require(needed, name, feature)
     return tuple(dict.fromkeys(names))
 
 

@@ -9,27 +9,36 @@ it started (the same TensorBoard directory, the W&B run id, the MLflow run id, k
 directory's ``loggers.json`` by ``jaxes.training.loggers``).
 
 Offline first: W&B runs offline unless ``WANDB_MODE`` says otherwise (``wandb sync`` uploads
-them later), and MLflow writes a local file store, ``OUT/mlruns``, unless
-``MLFLOW_TRACKING_URI`` names another. The libraries are extras, imported only here, when
-asked for (``jaxes.extras``).
+them later), and MLflow writes a SQLite database in the output directory, ``OUT/mlflow.db``
+(artifacts in ``OUT/mlartifacts``), unless ``MLFLOW_TRACKING_URI`` names another store. A run
+logged before jaxes defaulted to SQLite has a file store, ``OUT/mlruns``, which MLflow 3 keeps
+"in maintenance mode": a resume goes on logging there (the store is recorded with the run id),
+and MLflow's own tools read it with ``MLFLOW_ALLOW_FILE_STORE=true`` or after
+``mlflow migrate-filestore``. The libraries are extras, imported only here, when asked for
+(``jaxes.extras``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import time
 import uuid
+import warnings
 
 from jaxes import extras
 
 CSV_FILE = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
-MLFLOW_DIR = "mlruns"
+MLFLOW_DB = "mlflow.db"  # the default MLflow store, a SQLite database in OUT
+MLFLOW_ARTIFACTS = "mlartifacts"  # its runs' artifacts (the learning curve), in OUT
+MLFLOW_DIR = "mlruns"  # the file store jaxes defaulted to before (MLflow 3: maintenance mode)
 BY_ENV_STEPS = "eval_return_by_env_steps"
 # extra -> (the module the tracker needs, what the error says needs it)
 EXTRAS = {
@@ -37,6 +46,9 @@ EXTRAS = {
     "wandb": ("wandb", "logs to Weights & Biases"),
     "mlflow": ("mlflow", "logs to MLflow"),
 }
+# What a tracker needs beside its library: MLflow's SQLite store (jaxes's default) needs
+# SQLAlchemy and alembic, which mlflow-skinny leaves out (the mlflow extra declares them).
+NEEDS = {"mlflow": ("sqlalchemy", "alembic")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,34 +218,92 @@ class WandbTracker:
         self.run.finish()
 
 
+def mlflow_default_uri(root: str) -> str:
+    """The MLflow store a run logs to when ``MLFLOW_TRACKING_URI`` names none: the SQLite
+    database ``ROOT/mlflow.db`` (MLflow 3's recommended local store; it needs no server).
+
+    Example:
+      >>> mlflow_default_uri("/runs/hopper")
+      'sqlite:////runs/hopper/mlflow.db'
+    """
+    return "sqlite:///" + os.path.abspath(os.path.join(root, MLFLOW_DB))
+
+
+def is_file_store(uri: str) -> bool:
+    """Whether an MLflow tracking URI is a file store (a ``file:`` URI or a plain path).
+
+    Example:
+      >>> is_file_store("file:///runs/hopper/mlruns"), is_file_store("runs/hopper/mlruns")
+      (True, True)
+      >>> is_file_store("sqlite:////runs/hopper/mlflow.db"), is_file_store("http://host:5000")
+      (False, False)
+    """
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    return scheme in ("", "file")
+
+
+@contextlib.contextmanager
+def _quiet_store():
+    """MLflow's INFO lines while it creates a SQLite database's tables ("Creating initial
+    MLflow database tables...") and SQLAlchemy's deprecation warnings about MLflow's models
+    kept off the run's output."""
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 class MlflowTracker:
     """An MLflow run in experiment ``MLFLOW_EXPERIMENT_NAME`` (default ``"jaxes"``) of the
-    store ``MLFLOW_TRACKING_URI``, by default the local file store ``OUT/mlruns``
-    (``mlflow ui --backend-store-uri OUT/mlruns``): numbers at step ``generation``,
-    ``eval_return`` also at step ``total_env_steps``, settings as params (a resumed run adds
-    only new ones: MLflow keeps a param's first value), the figure as an artifact."""
+    store ``MLFLOW_TRACKING_URI``, by default the SQLite database ``OUT/mlflow.db`` with its
+    artifacts in ``OUT/mlartifacts`` (``mlflow ui --backend-store-uri sqlite:///OUT/mlflow.db``):
+    numbers at step ``generation``, ``eval_return`` also at step ``total_env_steps``, settings
+    as params (a resumed run adds only new ones: MLflow keeps a param's first value), the
+    figure as an artifact. A resumed run logs to the store it began in, recorded with its run
+    id (``loggers.json``), also a file store ``OUT/mlruns`` of a run begun before jaxes
+    defaulted to SQLite."""
 
     name = "mlflow"
     BATCH = 1000  # MLflow takes at most 1000 metrics per call
 
     def __init__(self, target: Target):
-        extras.require("mlflow", "mlflow", EXTRAS["mlflow"][1])
+        for module in (EXTRAS["mlflow"][0], *NEEDS["mlflow"]):
+            extras.require(module, "mlflow", EXTRAS["mlflow"][1])
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        # The store the run began in, else the user's, else jaxes's own (SQLite in OUT).
+        uri = target.ids.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+        artifacts = None
         if not uri:
-            # MLflow 3 keeps its file store only when asked: the offline store needs no server.
+            uri = mlflow_default_uri(target.root)
+            artifacts = "file://" + os.path.abspath(os.path.join(target.root, MLFLOW_ARTIFACTS))
+        elif target.ids.get("run_id") and is_file_store(uri):
+            # MLflow 3 opens a file store only when asked: a run begun in one goes on there.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            uri = "file://" + os.path.abspath(os.path.join(target.root, MLFLOW_DIR))
-        self.client = MlflowClient(tracking_uri=uri)
-        self.run_id = target.ids.get("run_id") or self._create(target)
+        with _quiet_store():
+            self.client = MlflowClient(tracking_uri=uri)
+        self.run_id = target.ids.get("run_id") or self._create(target, artifacts)
         self.client.update_run(self.run_id, "RUNNING")
         self.ids = {"run_id": self.run_id, "tracking_uri": uri}
 
-    def _create(self, target: Target) -> str:
+    def _create(self, target: Target, artifacts: str | None) -> str:
+        """A new run in the experiment; a new experiment keeps its artifacts in ``artifacts``
+        (jaxes's own store: ``OUT/mlartifacts``, not MLflow's ``./mlruns`` in the working
+        directory) or where the store says (``None``)."""
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "jaxes")
         experiment = self.client.get_experiment_by_name(name)
-        eid = experiment.experiment_id if experiment else self.client.create_experiment(name)
+        eid = (
+            experiment.experiment_id
+            if experiment
+            else self.client.create_experiment(name, artifact_location=artifacts)
+        )
         tags = {"jaxes.run_dir": os.path.abspath(target.run_dir)}
         if target.group is not None:
             tags["jaxes.group"] = target.group
