@@ -222,6 +222,46 @@ def test_a_bfloat16_embedding_rounds_the_rows_it_looks_up_not_its_table():
     assert lowered.compile().memory_analysis().temp_size_in_bytes < 4096 * 64 * 2 / 64
 
 
+def _tied_steps(stream: bool):
+    """A decode-shaped loop over a bfloat16 table (a checkpoint's frozen one): each step looks
+    up a row and reads the table as the tied head (65,536 rows: eight blocks)."""
+    layer = Embed(65536, 64, dtype=jnp.bfloat16, stream=stream)
+
+    def steps(params, tokens):
+        def step(_, t):
+            rows = layer.apply({"params": params}, t)
+            return None, layer.apply({"params": params}, rows, method="attend")
+
+        return jax.lax.scan(step, None, tokens)[1]
+
+    return steps
+
+
+def test_a_streamed_tied_head_over_a_bfloat16_table_holds_no_float32_copy_of_it():
+    # XLA:CPU widens a bfloat16 gather, slice or dot to float32, and hoists the widening of
+    # the whole table out of the loop: the Qwen2.5-0.5B plan held two float32 copies of its
+    # table (1.1 bytes/param each). Streamed, the table is sliced as integers and read in
+    # blocks. Measured on the CPU with jax 0.10.2, in float32 tables' sizes: 2.0 unstreamed
+    # (two float32 copies), 0.14 streamed (one block's float32 copy is 0.125); with the blocks
+    # sliced as bfloat16, not as integers, 1.14 (the widening of the table is hoisted whole).
+    table = {"embedding": jax.ShapeDtypeStruct((65536, 64), jnp.bfloat16)}
+    tokens = jax.ShapeDtypeStruct((8, 2), jnp.int32)
+    temp = {
+        stream: jax.jit(_tied_steps(stream)).lower(table, tokens).compile().memory_analysis()
+        for stream in (False, True)
+    }
+    float32_table = 65536 * 64 * 4
+    assert temp[False].temp_size_in_bytes > float32_table  # what the test guards against
+    assert temp[True].temp_size_in_bytes < 0.5 * float32_table
+    values = {"embedding": jax.random.normal(KEY, (65536, 64), jnp.bfloat16)}
+    ids = jax.random.randint(KEY, (8, 2), 0, 65536)
+    streamed, whole = (jax.jit(_tied_steps(s))(values, ids) for s in (True, False))
+    # The same products; the matmul kernel of a block may sum them in another order than the
+    # whole table's: a bfloat16 rounding apart (logits here are about 8 in size; the absolute
+    # term is for sums that cancel to near zero).
+    np.testing.assert_allclose(streamed.astype(float), whole.astype(float), rtol=2**-7, atol=2**-6)
+
+
 def test_the_prefill_computes_no_logits_at_the_prompt_positions():
     # A wide vocabulary on a narrow model: logits at every prompt position would be
     # 64 prompts x 63 positions x 4096 x 4 bytes = 66 MB, far beyond everything else.
