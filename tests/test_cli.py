@@ -54,7 +54,7 @@ def test_a_bad_run_prints_one_line_and_no_traceback(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     # Both families are named: Brax's by name, gymnax's (CartPole-v1) through `jaxes envs`.
-    assert proc.stderr.startswith("jaxes: error: env: unknown environment 'cartpole'; Brax's")
+    assert proc.stderr.startswith("jaxes: error: env: no env 'cartpole'; Brax's")
     assert all(name in proc.stderr for name in ("'hopper'", "CartPole-v1", "jaxes envs"))
     assert not (tmp_path / "r").exists()
 
@@ -87,7 +87,7 @@ def test_an_unknown_env_is_named_first_whatever_is_installed(tmp_path, env, bloc
     out = tmp_path / "r"
     proc = command_without(block, "train", "--env", env, "--out", str(out))
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith(f"jaxes: error: env: unknown environment {env!r}; Brax's are")
+    assert proc.stderr.startswith(f"jaxes: error: env: no env {env!r}; Brax's are")
     assert "jaxes envs" in proc.stderr and "pip install" not in proc.stderr
     assert not out.exists()
 

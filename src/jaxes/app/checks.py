@@ -170,14 +170,14 @@ def check_env_name(env: str) -> None:
       >>> check_env_name("nope")  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      jaxes.app.checks.ConfigError: env: unknown environment 'nope'; Brax's are ['ant', ...
+      jaxes.app.checks.ConfigError: env: no env 'nope'; Brax's are ['ant', ...
     """
     names, _ = env_names("gymnax" if "-" in env else "brax")
     if env in names:
         return
     brax_names, _ = env_names("brax")
     raise ConfigError(
-        f"env: unknown environment {env!r}; Brax's are {brax_names}, "
+        f"env: no env {env!r}; Brax's are {brax_names}, "
         "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
     )
 
