@@ -17,7 +17,10 @@ reward rises.
 Modules, one job each: ``problems`` (the problems, their split and the corpus's text),
 ``tokenizer`` (the BPE tokenizer and chat template), ``model`` (the Qwen2 config and the
 directory), ``pretrain`` (backprop and the cache: ``pretrained()``), ``evaluate`` (greedy
-reward, exact answers, pass@k) and ``finetune`` (the ES run). ``python -m
+reward, exact answers, pass@k) and ``finetune`` (the ES run); for the ES-against-GRPO study
+(``benchmarks/es_vs_grpo.py``), ``bases`` (pre-trained, then supervised on correct answers
+into a band of greedy accuracy), ``grpo`` (GRPO as google-tunix computes it) and ``study``
+(its problem sets, the fixed-answer floor and an arm's run). ``python -m
 jaxes_examples.lm_countdown DIR`` builds a model into ``DIR``.
 """
 
