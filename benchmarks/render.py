@@ -1133,6 +1133,53 @@ def t_countdown_summary(r: Results) -> str:
     )
 
 
+@table("es-vs-grpo-pilot")
+def t_es_vs_grpo_pilot(r: Results) -> str:
+    name = "es_vs_grpo_pilot.json"
+    data = r(name)
+    rows = []
+    for key, arm in data["arms"].items():
+        family, base, budget = key.split(" | ")
+        lo, hi = arm["interval"]
+        rows.append(
+            [
+                family,
+                f"`{arm['arm']}`",
+                base,
+                budget,
+                ", ".join(str(s) for s in arm["seeds"]),
+                f"{arm['mean']:.3f} [{lo:.3f}, {hi:.3f}]",
+                f"{arm['above_floor']:+.3f}",
+                spread(arm["tokens"], lambda x: f"{x:,.0f}"),
+                spread(arm["train_seconds"], lambda x: f"{x:.0f}"),
+                spread(arm["moved"], lambda x: f"{x:.4f}"),
+            ]
+        )
+    head = (
+        "arm | setting | base | budget | seeds | held-out exact, mean [95 % t] | above the floor"
+        " | tokens | train s | moved by the end (‖Δθ‖/‖θ‖)"
+    )
+    bases = "; ".join(
+        f"{b['base']}: pass@1 {b['heldout_pass1']:.4f} ({b['greedy_problems']} problems), "
+        f"pass@16 {b['heldout_pass16']:.4f} ({b['sampled_problems']})"
+        for b in data["bases"]
+    )
+    verdicts = "; ".join(
+        f"{v['es']} − GRPO tuned, {v['base']}, {v['budget']}: {v['difference']:+.3f} "
+        f"[{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}], "
+        f"{'told apart' if v['told_apart'] else 'not told apart'}, "
+        f"{'equivalent' if v['equivalent'] else 'not shown equivalent'} at ±{data['margin']}"
+        for v in data["verdicts"]
+    )
+    body = markdown_table(head, "lllllrrrrr", rows)
+    body += (
+        f"\n\nFloor (one answer shape per count of numbers, chosen on the training problems): "
+        f"{data['floor']:.4f} on {data['test_problems']} held-out problems. Bases: {bases}. "
+        f"Welch differences and TOST: {verdicts or 'none (fewer than 2 seeds)'}."
+    )
+    return with_sources(body, r, name, machines={name: [data]})
+
+
 # --------------------------------------------------------------------------------------------
 # Hugging Face checkpoints.
 # --------------------------------------------------------------------------------------------
