@@ -15,9 +15,9 @@ them) that most often hits the target on the training problems, scored on the te
 
 Example:
   >>> p = [{"numbers": [2, 3, 1], "target": 7}, {"numbers": [2, 4, 5], "target": 13}]
-  >>> shapes = fixed_answer_shapes(p)  # n2 * n1 + n3 (or n1 * n2 + n3) solves both
+  >>> shapes = fixed_answer_shapes(p)  # n1 * n2 + n3 (or n2 * n1 + n3) solves both
   >>> shapes[3], fixed_answer_rate(p, shapes)
-  (((1, 0, 2), ('*', '+')), 1.0)
+  (((0, 1, 2), ('*', '+')), 1.0)
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def fixed_answer_shapes(problems_: list[dict]) -> dict[int, tuple]:
     counts: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for p in problems_:
         counts[len(p["numbers"])].update(_shapes(p))
-    return {n: c.most_common(1)[0][0] if c else None for n, c in counts.items()}
+    # Ties go to the first arrangement in sorted order, not to a set's (hash-seeded) order.
+    return {n: min(c, key=lambda shape: (-c[shape], shape)) for n, c in counts.items() if c}
 
 
 def fixed_answer_rate(problems_: list[dict], shapes: dict[int, tuple]) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import importlib.metadata
 import logging
 import os
 import signal
@@ -20,7 +21,6 @@ import sys
 import threading
 import warnings
 
-import jaxes
 from jaxes.app import interrupts
 from jaxes.app.errors import fail
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one ``jaxes`` command and returns its exit status (errors: one line, status 2)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--version"]:  # as argparse would, before the parser imports the strategies
-        print(f"jaxes {jaxes.__version__}")
+        print(f"jaxes {importlib.metadata.version('jaxes')}")
         return 0
     from jaxes.app.parser import parser
 
