@@ -121,6 +121,23 @@ def write_json(path: str | os.PathLike, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
+def read_runs(path: str | os.PathLike) -> list[dict]:
+    """The records of a JSONL runs file, one a line (none when it does not exist): the file a
+    study appends each finished run to, so that a sitting resumes where it stopped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_run(path: str | os.PathLike, row: dict) -> None:
+    """Appends one record to a JSONL runs file, making its folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def finish_machine_info(info: dict, other_warnings: list[str]) -> None:
     """Adds `finished_utc` and `warnings` to `info` (from `machine_info`): `other_warnings`,
     after one of its own when src/jaxes changed since `machine_info` took its digest."""

@@ -38,13 +38,12 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, cpu_model, git_revision, utc_now, write_json
+from _common import RESULTS, append_run, cpu_model, git_revision, read_runs, utc_now, write_json
 
 RUNS = Path.home() / ".cache" / "jaxes" / "countdown-seeds" / "runs.jsonl"
 TRAIN_CHECK = 1000  # training problems the tuning selects on
@@ -89,18 +88,6 @@ def tokens_per_update(method) -> int:
     per = method.group * method.batch if method.kind == "grpo" else method.population
     rows = per if method.kind == "grpo" else per * method.batch
     return rows * problems.answer_len(1, 3)
-
-
-def read_runs(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append_run(path: Path, row: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 class Bench:

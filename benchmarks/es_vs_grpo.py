@@ -40,7 +40,7 @@ import os
 import sys
 from pathlib import Path
 
-from _common import RESULTS, cpu_model, git_revision, utc_now, write_json
+from _common import RESULTS, append_run, cpu_model, git_revision, read_runs, utc_now, write_json
 
 RUNS = RESULTS / "es_vs_grpo_runs.jsonl"
 OUT = RESULTS / "es_vs_grpo.json"
@@ -89,18 +89,6 @@ def _tokens_per_update(arm) -> int:
     if hasattr(arm, "tokens_per_update"):
         return arm.tokens_per_update()
     return arm.batch * arm.group * arm.answer_tokens
-
-
-def read_runs(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append_run(path: Path, row: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def _command(phase: str, base: str | None = None) -> str:
