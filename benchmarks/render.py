@@ -1246,6 +1246,40 @@ def t_llm_speed_rows(r: Results, population: int | None) -> str:
     )
 
 
+@table("llm-streaming")
+def t_llm_streaming(r: Results) -> str:
+    """Each stream=both run of llm_speed: streamed ÷ unstreamed speed of both arms."""
+    rows, used = [], []
+    for run in r("llm_speed.json")["runs"]:
+        if run["settings"].get("stream") != "both":
+            continue
+        used.append(run["machine"])
+        by = {(x["P"], x["method"], x["stream_weights"]): x for x in run["rows"]}
+        for P, method, _ in sorted(k for k in by if not k[2]):
+            off, on = by[(P, method, False)], by.get((P, method, True))
+            if on is None:
+                continue
+            loads = [v for x in (off, on) for v in x.get("round_loads", [])]
+            rows.append(
+                [
+                    run["settings"]["model"], str(P), method,
+                    f"{off['s'] / on['s']:.2f} ({off['cpu_s'] / on['cpu_s']:.2f})",
+                    spread(loads) if loads else NOT_RECORDED,
+                    f"{len(off['seconds'])}", f"`{run['machine']['git']}`",
+                ]
+            )  # fmt: skip
+    head = (
+        "model | P | arm | streamed ÷ unstreamed speed (CPU time) | load during the rounds | "
+        "rounds | commit"
+    )
+    return with_sources(
+        markdown_table(head, "lrlrrrl", rows),
+        r,
+        "llm_speed.json",
+        machines={"llm_speed.json": used},
+    )
+
+
 @table("llm-plan")
 def t_llm_plan(r: Results) -> str:
     data = r("llm_plan.json")
