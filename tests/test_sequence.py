@@ -262,6 +262,28 @@ def test_a_streamed_tied_head_over_a_bfloat16_table_holds_no_float32_copy_of_it(
     np.testing.assert_allclose(streamed.astype(float), whole.astype(float), rtol=2**-7, atol=2**-6)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_bfloat16_tables_gradient_passes_through_the_integer_slicing(stream):
+    # The rows are gathered and sliced as the integers of their bits, which carry no
+    # gradient: without its own tangent rule a bfloat16 table's gradient was silently zero
+    # through the lookup and the streamed head (backprop: GRPO, pre-training in bfloat16).
+    layer = Embed(40, 8, stream=stream)
+    table = jax.random.normal(KEY, (40, 8)).astype(jnp.bfloat16)
+    ids = jnp.array([[1, 2, 3]])
+
+    def loss(table, plain):
+        if plain:
+            logits = jnp.dot(jnp.take(table, ids, axis=0), table.T)
+        else:
+            rows = layer.apply({"params": {"embedding": table}}, ids)
+            logits = layer.apply({"params": {"embedding": table}}, rows, method="attend")
+        return jnp.sum(logits.astype(jnp.float32) ** 2)
+
+    got, want = (jax.grad(loss)(table, plain) for plain in (False, True))
+    assert float(jnp.abs(want.astype(jnp.float32)).sum()) > 0
+    np.testing.assert_array_equal(got, want)
+
+
 def test_the_prefill_computes_no_logits_at_the_prompt_positions():
     # A wide vocabulary on a narrow model: logits at every prompt position would be
     # 64 prompts x 63 positions x 4096 x 4 bytes = 66 MB, far beyond everything else.

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
@@ -56,7 +58,7 @@ class Embed(nn.Embed):
     stream: bool = False
 
     def __call__(self, inputs):
-        rows = _from_bits(jnp.take(_as_bits(self.embedding), inputs, axis=0), self.embedding)
+        rows = _take_rows(self.embedding, inputs)
         return rows if self.dtype is None else rows.astype(self.dtype)
 
     def attend(self, query):
@@ -94,6 +96,31 @@ def _from_bits(rows, table):
     return rows if rows.dtype == table.dtype else jax.lax.bitcast_convert_type(rows, table.dtype)
 
 
+@jax.custom_jvp
+def _take_rows(table, ids):
+    """``jnp.take(table, ids, axis=0)``, a bfloat16 table's rows gathered as integers."""
+    return _from_bits(jnp.take(_as_bits(table), ids, axis=0), table)
+
+
+@_take_rows.defjvp
+def _take_rows_jvp(primals, tangents):
+    # Integers carry no tangent: the rows' tangent is the same gather of the table's.
+    (table, ids), (d_table, _) = primals, tangents
+    return _take_rows(table, ids), jnp.take(d_table, ids, axis=0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _slice_rows(table, start, rows: int):
+    """``rows`` rows of ``table`` from ``start``, a bfloat16 table's sliced as integers."""
+    return _from_bits(jax.lax.dynamic_slice_in_dim(_as_bits(table), start, rows), table)
+
+
+@_slice_rows.defjvp
+def _slice_rows_jvp(rows, primals, tangents):
+    (table, start), (d_table, _) = primals, tangents
+    return _slice_rows(table, start, rows), jax.lax.dynamic_slice_in_dim(d_table, start, rows)
+
+
 def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
     """``query @ table.T`` with ``table`` read ``rows`` rows at a time in a loop, each block
     only once ``query`` exists, one block converted at a time. Each output column is the same
@@ -104,12 +131,9 @@ def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
     rows = min(rows, vocab)
     out_dtype = dtype or jnp.result_type(query, table)
 
-    source = _as_bits(table)
-
     def block(i, out):
         start = jnp.minimum(i * rows, vocab - rows)
-        weights = ordering.after(jax.lax.dynamic_slice_in_dim(source, start, rows), query)
-        weights = _from_bits(weights, table)
+        weights = ordering.after(_slice_rows(table, start, rows), query)
         q, weights = promote(query, weights, dtype=dtype)
         return jax.lax.dynamic_update_slice_in_dim(out, jnp.dot(q, weights.T), start, -1)
 
