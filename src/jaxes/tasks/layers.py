@@ -109,16 +109,20 @@ def _take_rows_jvp(primals, tangents):
     return _take_rows(table, ids), jnp.take(d_table, ids, axis=0)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _slice_rows(table, start, rows: int):
-    """``rows`` rows of ``table`` from ``start``, a bfloat16 table's sliced as integers."""
-    return _from_bits(jax.lax.dynamic_slice_in_dim(_as_bits(table), start, rows), table)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _slice_rows(table, start, query, rows: int):
+    """``rows`` rows of ``table`` from ``start``, read once ``query`` exists; a bfloat16
+    table's sliced and tied as integers (its widening would be hoisted otherwise)."""
+    bits = jax.lax.dynamic_slice_in_dim(_as_bits(table), start, rows)
+    return _from_bits(ordering.after(bits, query), table)
 
 
 @_slice_rows.defjvp
 def _slice_rows_jvp(rows, primals, tangents):
-    (table, start), (d_table, _) = primals, tangents
-    return _slice_rows(table, start, rows), jax.lax.dynamic_slice_in_dim(d_table, start, rows)
+    # The value does not depend on ``query`` (it only orders the read).
+    (table, start, query), (d_table, _, _) = primals, tangents
+    out = _slice_rows(table, start, query, rows)
+    return out, jax.lax.dynamic_slice_in_dim(d_table, start, rows)
 
 
 def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
@@ -133,7 +137,7 @@ def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
 
     def block(i, out):
         start = jnp.minimum(i * rows, vocab - rows)
-        weights = ordering.after(_slice_rows(table, start, rows), query)
+        weights = _slice_rows(table, start, query, rows)
         q, weights = promote(query, weights, dtype=dtype)
         return jax.lax.dynamic_update_slice_in_dim(out, jnp.dot(q, weights.T), start, -1)
 
