@@ -16,7 +16,7 @@ Arms, each from the same base, every reward Qiu et al.'s (0.1 format, 1.0 answer
 
 Budgets, both read from one run per arm and seed: **equal sampled tokens** (every answer token
 decoded in training: ES P x prompts x 32 a generation, GRPO B x G x 32 an update) and **equal
-wall clock** (training seconds, compiles included, measurements excluded; each run trains
+wall clock** (training seconds, compiles and measurements excluded; each run trains
 until both its token budget and the wall budget are spent, and is measured where each ends).
 5 seeds per arm and base. The test set is the held-out problems (`study.problem_sets`).
 

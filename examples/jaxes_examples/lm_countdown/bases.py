@@ -160,8 +160,6 @@ def base_dir(name: str):
 
 def base(name: str, rebuild: bool = False, verbose: bool = False) -> str:
     """The directory of base ``name``, pre-trained and supervised when it is not cached."""
-    from jaxes.llm import load
-
     from .pretrain import save
 
     path = base_dir(name)
@@ -173,7 +171,6 @@ def base(name: str, rebuild: bool = False, verbose: bool = False) -> str:
     if not (pre_path / "model.safetensors").is_file():
         save(pretrain(setup, verbose=verbose), str(pre_path))
     params, record = supervise(str(pre_path), supervision, setup, verbose=verbose)
-    pre = load(str(pre_path))
     out = {
         "params": params,
         "config": json.loads((pre_path / "config.json").read_text()),
@@ -183,7 +180,6 @@ def base(name: str, rebuild: bool = False, verbose: bool = False) -> str:
         "seconds": time.perf_counter() - started,
         "setup": setup,
     }
-    del pre
     save(out, str(path))
     extra = json.loads((path / "lm_countdown.json").read_text())
     extra["supervision"] = {**dataclasses.asdict(supervision), **record, "band": BAND}
