@@ -331,7 +331,8 @@ def build_tiny_site(tmp_path: Path, docstring: str, page: str) -> subprocess.Com
     )
     conf = TINY_CONF.format(here=str(tmp_path), conf=str(ROOT / "docs" / "conf.py"))
     (tmp_path / "conf.py").write_text(f"KEPT = {KEPT!r}\n" + conf)
-    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", *docs_flags()]
+    # --no-color: CI sets FORCE_COLOR, and a coloured line starts with an escape, not the file.
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "--no-color", *docs_flags()]
     return subprocess.run(
         [*command, str(tmp_path), str(tmp_path / "_build")],
         capture_output=True,
