@@ -22,13 +22,13 @@ Run:
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
 
+import _driver as driver
 import numpy as np
-from _common import RESULTS, machine_info, write_results
+from _common import machine_info, write_results
 
 D, P, GENERATIONS, SIGMA = 1000, 20, 1500, 0.03
 TARGETS = (0.1, 0.01)
@@ -109,11 +109,15 @@ def show(value: float) -> str:
     return "miss" if not math.isfinite(value) else f"{value:,.0f}"
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv[1:])
+def parse_args(argv: list[str]):
+    quick = "3 seeds, ρ = 0.5, one rate each"
+    parser = driver.parser(__doc__, quick, "guided_es", child=False)
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("guided_es", args.quick)
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     seeds = list(range(3 if args.quick else 10))
     rhos = (0.5,) if args.quick else (0.25, 0.5, 1.0)
     grids = QUICK if args.quick else GRIDS
@@ -149,14 +153,13 @@ def main(argv: list[str]) -> None:
                 f"{a['misses']}, {b['misses']} |"
             )
             print(lines[-1], file=sys.stderr, flush=True)
-    out = args.out or RESULTS / ("guided_es_quick.json" if args.quick else "guided_es.json")
     settings = {
         "d": D, "population_size": P, "generations": GENERATIONS, "sigma_open_es": SIGMA,
         "sigma_guided_es": SIGMA * math.sqrt(D), "noise": NOISE, "targets": TARGETS,
         "seeds": seeds, "rhos": rhos, "grids": {f"{m}/{a}": r for (m, a), r in grids.items()},
     }  # fmt: skip
-    write_results(out, info, [], ["\n".join(lines)], {"settings": settings, "rows": rows})
+    write_results(args.out, info, [], ["\n".join(lines)], {"settings": settings, "rows": rows})
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
