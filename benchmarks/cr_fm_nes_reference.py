@@ -1,5 +1,6 @@
-"""jaxes.cr_fm_nes against the authors' own CR-FM-NES (`crfmnes` 1.0.0, Nomura & Ono), one
-generation at a time on the same members.
+"""jaxes.cr_fm_nes against the authors' own CR-FM-NES, one generation at a time on the same members.
+
+The authors' code is `crfmnes` 1.0.0 (Nomura & Ono).
 
 Along a jaxes run (float64, σ0 = 2 from the origin, λ = 4 + ⌊3 ln d⌋ made even) on a rotated
 ellipsoid of condition 1e6, every generation: the authors' `CRFMNES` is given jaxes's state
@@ -11,29 +12,27 @@ relative error of each field over the run and which σ regimes (moving, not) wer
 Needs `crfmnes` (not a dependency of jaxes; it imports numpy only):
   .venv/bin/pip install --no-deps --target /tmp/crfmnes_ref crfmnes==1.0.0
   .venv/bin/python benchmarks/cr_fm_nes_reference.py --crfmnes /tmp/crfmnes_ref
-Writes benchmarks/results/cr_fm_nes_reference.json.
+Writes benchmarks/results/cr_fm_nes_reference.json (or `--out`).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-import jax
+import _driver as driver
 import numpy as np
-from _common import RESULTS, machine_info, write_results
-
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-
-import jaxes  # noqa: E402
+from _common import machine_info, write_results
 
 FIELDS = {"m": "params", "sigma": "sigma", "v": "v", "D": "diagonal", "ps": "path_sigma"}
 FIELDS |= {"pc": "path_c"}
 
 
 def compare(ref, d: int, generations: int, seed: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    import jaxes
+
     rng = np.random.default_rng(seed)
     rotation, _ = np.linalg.qr(rng.standard_normal((d, d)))
     scales = 10.0 ** (6 * np.arange(d) / (d - 1))
@@ -82,26 +81,35 @@ def compare(ref, d: int, generations: int, seed: int) -> dict:
     }
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "cr_fm_nes_reference", child=False)
     parser.add_argument("--crfmnes", help="a folder holding the crfmnes package (pip --target)")
-    parser.add_argument("--dims", default="3,10,40")
+    parser.add_argument("--dims", type=driver.comma_list(int), default="3,10,40")
     parser.add_argument("--generations", type=int, default=300)
-    args = parser.parse_args(argv[1:])
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("cr_fm_nes_reference")
+    return args
+
+
+def run(args, argv: list[str]) -> None:
+    import jax
+
+    # Both sides in float64, so that what differs is the algorithm, not the rounding.
+    jax.config.update("jax_enable_x64", True)
     if args.crfmnes:
         sys.path.insert(0, args.crfmnes)
     import crfmnes.alg as ref
 
     info = machine_info(argv, ("jax", "jaxlib", "numpy", "crfmnes"))
-    rows = [compare(ref, int(d), args.generations, 0) for d in args.dims.split(",")]
+    rows = [compare(ref, d, args.generations, 0) for d in args.dims]
     lines = [
         f"d = {r['d']}, λ = {r['lambda']}, {r['generations']} generations "
         f"({', '.join(r['regimes'])}): "
         + ", ".join(f"{k} {e:.1e}" for k, e in r["max_relative_error"].items())
         for r in rows
     ]
-    write_results(RESULTS / "cr_fm_nes_reference.json", info, [], lines, {"rows": rows})
+    write_results(args.out, info, [], lines, {"rows": rows})
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
