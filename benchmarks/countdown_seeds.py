@@ -35,15 +35,16 @@ pooled answers.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 
+import _driver as driver
 import numpy as np
-from _common import RESULTS, append_run, cpu_model, git_revision, read_runs, utc_now, write_json
+from _common import append_run, cpu_model, git_revision, read_runs, utc_now, write_json
 
 RUNS = Path.home() / ".cache" / "jaxes" / "countdown-seeds" / "runs.jsonl"
 TRAIN_CHECK = 1000  # training problems the tuning selects on
@@ -460,8 +461,8 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "countdown_seeds", child=False)
     parser.add_argument("phase", choices=("time", "tune", "run", "shapes", "report"))
     parser.add_argument("--model", choices=("small", "large"), default="small")
     parser.add_argument("--methods", nargs="+", help="time: only these names, or 'study'")
@@ -472,10 +473,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--budgets", nargs="+", choices=("wall", "tokens"),
                         default=["wall", "tokens"], help="run: which budgets")  # fmt: skip
     parser.add_argument("--runs", type=Path, default=RUNS)
-    parser.add_argument("--out", type=Path, default=RESULTS / "countdown_seeds.json")
     args = parser.parse_args(argv)
-    import os
+    args.out = args.out or driver.results_path("countdown_seeds")
+    return args
 
+
+def run(args, argv: list[str]) -> None:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", os.environ.get(
@@ -486,4 +489,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    driver.main(sys.argv, parse_args, None, run)
