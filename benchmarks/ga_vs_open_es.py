@@ -32,7 +32,6 @@ Run:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -41,8 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import _driver as driver
 import numpy as np
-from _common import REPO, RESULTS, machine_info, write_results
+from _common import REPO, machine_info, write_results
 
 MLP = ["--policy", "mlp", "--hidden-sizes", "32,32"]
 CARTPOLE_ROWS = {
@@ -113,22 +113,29 @@ def table(rows: dict, target: float, budgets: list[int]) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "ga_vs_open_es_<cartpole or game>", child=False)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--target", type=float, default=500.0)
-    parser.add_argument("--budgets", default="50000,100000,200000,400000")
+    parser.add_argument(
+        "--budgets", type=driver.comma_list(int), default="50000,100000,200000,400000"
+    )
     parser.add_argument("--minatar", default=None)
     parser.add_argument("--minatar-steps", type=int, default=2_000_000)
-    parser.add_argument("--report", default=None, help="a results JSON: its table again, no run")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv[1:])
-    budgets = [int(b) for b in args.budgets.split(",")]
+    parser.add_argument("--report", type=Path, help="a results JSON: its table again, no run")
+    args = parser.parse_args(argv)
+    # e.g. Breakout-MinAtar -> ga_vs_open_es_breakout.json
+    slug = (args.minatar or "cartpole").lower().replace("-minatar", "")
+    args.out = args.out or driver.results_path(f"ga_vs_open_es_{slug}")
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     if args.report:
-        rows = json.loads(Path(args.report).read_text())["rows"]
-        print("\n".join(table(rows, args.target, budgets)))
+        rows = json.loads(args.report.read_text())["rows"]
+        print("\n".join(table(rows, args.target, args.budgets)))
         return
     env = args.minatar or "CartPole-v1"
     flags_of = MINATAR_ROWS if args.minatar else CARTPOLE_ROWS
@@ -152,23 +159,23 @@ def main(argv: list[str]) -> None:
             "command": " ".join(command[1:]),
             "seconds": round(seconds, 1),
             "steps_to_target": [to_target(c, args.target) for c in curves],
-            "eval_at_budget": {str(b): [at_budget(c, b) for c in curves] for b in budgets},
+            "eval_at_budget": {str(b): [at_budget(c, b) for c in curves] for b in args.budgets},
             "curves": curves,
         }
-        print(table({name: results[name]}, args.target, budgets)[-1], file=sys.stderr, flush=True)
-    slug = (args.minatar or "cartpole").lower().replace("-minatar", "")
-    out = args.out or RESULTS / f"ga_vs_open_es_{slug}.json"
+        print(
+            table({name: results[name]}, args.target, args.budgets)[-1], file=sys.stderr, flush=True
+        )
     settings = {
         "env": env,
         "seeds": args.seeds,
         "generations": args.generations,
         "eval_every": args.eval_every,
         "target": args.target,
-        "budgets": budgets,
+        "budgets": args.budgets,
     }
-    lines = table(results, args.target, budgets)
-    write_results(out, info, [], ["\n".join(lines)], {"settings": settings, "rows": results})
+    lines = table(results, args.target, args.budgets)
+    write_results(args.out, info, [], ["\n".join(lines)], {"settings": settings, "rows": results})
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
