@@ -32,7 +32,6 @@ Run out of order, a phase says which one to run first, in one line.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -40,10 +39,10 @@ import os
 import sys
 from pathlib import Path
 
+import _driver as driver
 from _common import RESULTS, append_run, cpu_model, git_revision, read_runs, utc_now, write_json
 
 RUNS = RESULTS / "es_vs_grpo_runs.jsonl"
-OUT = RESULTS / "es_vs_grpo.json"
 # Stated before any run: two arms within ±MARGIN of held-out accuracy are called equivalent
 # when the 90 % Welch interval of their difference lies inside it (TOST at α = 0.05 each side).
 MARGIN = 0.02
@@ -337,18 +336,22 @@ def _seeds(text: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "es_vs_grpo", child=False)
     parser.add_argument("phase", choices=["bases", "tune", "run", "report"])
     parser.add_argument("--base", default="seed0")
-    parser.add_argument("--bases", type=lambda s: s.split(","), default=["seed0", "seed1"])
+    parser.add_argument("--bases", type=driver.comma_list(str), default=["seed0", "seed1"])
     parser.add_argument("--seeds", type=_seeds, default=_seeds("1-5"))
-    parser.add_argument("--arms", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--arms", type=driver.comma_list(str), default=None)
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--runs", type=Path, default=RUNS)
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("es_vs_grpo")
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     runs = read_runs(args.runs)
     try:
         if args.phase == "bases":
@@ -362,9 +365,8 @@ def main(argv=None) -> int:
             print(f"wrote {args.out}")
     except PhaseError as error:
         print(f"es_vs_grpo: {error}", file=sys.stderr)
-        return 2
-    return 0
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    driver.main(sys.argv, parse_args, None, run)
