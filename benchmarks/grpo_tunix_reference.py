@@ -1,4 +1,6 @@
-"""google-tunix's GRPO on the repository's tiny Qwen2 checkpoint: the loss and gradient its own
+"""google-tunix's GRPO loss and gradient on one fixed batch: tests/test_grpo.py's reference.
+
+google-tunix's GRPO on the repository's tiny Qwen2 checkpoint: the loss and gradient its own
 loss function gives on one fixed batch, written as a fixture that tests/test_grpo.py checks
 ``jaxes_examples.lm_countdown.grpo`` against (without importing tunix), and a record of whether
 tunix's GRPO learner runs here at all.
@@ -33,7 +35,6 @@ Writes tests/fixtures/grpo_tunix/reference.npz and reference.json (or --out).
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as metadata
 import json
 import platform
@@ -43,6 +44,8 @@ import time
 import traceback
 from pathlib import Path
 
+# The driver imports the standard library only, so it loads in tunix's own venv too.
+import _driver as driver
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,11 +340,15 @@ def versions() -> dict:
     return {"python": platform.python_version(), **{n: metadata.version(n) for n in names}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=OUT)
+def parse_args(argv: list[str]):
+    # Its output is a test fixture (a folder), not a results JSON: --out is its own.
+    parser = driver.parser(__doc__, out=False, child=False)
+    parser.add_argument("--out", type=Path, default=OUT, help="the fixture's folder")
     parser.add_argument("--learner", type=Path, default=None, help="a model directory")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def run(args, argv: list[str]) -> None:
     record = {"versions": versions(), **reference(args.out)}
     if args.learner is not None:
         record["learner"] = run_learner(args.learner)
@@ -352,4 +359,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    driver.main(sys.argv, parse_args, None, run)
