@@ -1,4 +1,6 @@
-"""A low-rank `tell` with ClipUp: the population's sum kept as factors (`jaxes.optim.clipup`,
+"""The factored low-rank `tell` with ClipUp against the same ClipUp handed the sum multiplied out.
+
+A low-rank `tell` with ClipUp: the population's sum kept as factors (`jaxes.optim.clipup`,
 a `TakesFactors`) against the same ClipUp handed the sum multiplied out
 (`optax.GradientTransformation(*clipup)`), in one process.
 
@@ -9,23 +11,18 @@ parameter (`memory_analysis`, compile only) and the median ms of a `tell` (each 
 to warm up, then timed in 5 rounds of `--calls` calls ended by `jax.block_until_ready`; the
 two alternate). The ratio is dense ms / factored ms (> 1: the factored tell is faster).
 
-Run:
+Run (writes benchmarks/results/factored_tell.json, or `--out`):
   .venv/bin/python benchmarks/factored_tell.py --out benchmarks/results/factored_tell.json
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import optax
-from _common import finish_machine_info, machine_info, write_json
-
-import jaxes
+import _driver as driver
+from _common import machine_info, write_results
 
 CASES = (  # (d, layers, P, rank, dtype)
     (64, 4, 64, 1, "float32"),
@@ -39,6 +36,12 @@ CASES = (  # (d, layers, P, rank, dtype)
 
 def programs(d: int, layers: int, population: int, rank: int, dtype: str):
     """``{name: (compiled tell, state, fitness)}`` for the factored and the dense tell."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import jaxes
+
     params = {f"w{i}": jnp.zeros((d, d), dtype) for i in range(layers)} | {"b": jnp.zeros(d, dtype)}
     clipup = jaxes.optim.clipup(0.01)
     fitness = jax.random.normal(jax.random.key(2), (population,))
@@ -55,6 +58,8 @@ def programs(d: int, layers: int, population: int, rank: int, dtype: str):
 
 def time_tell(compiled, state, fitness, es, calls: int, rounds: int = 5) -> list[float]:
     """ms per call, one entry per round (a fresh state is asked for before each call)."""
+    import jax
+
     ask = jax.jit(es.ask, donate_argnums=1)
     key = jax.random.key(3)
     for _ in range(3):
@@ -71,41 +76,60 @@ def time_tell(compiled, state, fitness, es, calls: int, rounds: int = 5) -> list
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "factored_tell", child=False)
     parser.add_argument("--calls", type=int, default=5, help="tells per timed round")
-    parser.add_argument("--out", help="write the results as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error(f"--calls: expected a count >= 1, got {args.calls}")
-    info = machine_info(sys.argv, ("jax", "jaxlib", "optax"), jax_backend=True)
+    args.out = args.out or driver.results_path("factored_tell")
+    return args
+
+
+def measure(case: tuple, calls: int) -> dict:
+    """One row: both tells' temp bytes per parameter and ms per call, and the ratio."""
+    d, layers, population, rank, dtype = case
+    built, n = programs(d, layers, population, rank, dtype)
+    row = {"d": d, "layers": layers, "P": population, "rank": rank, "dtype": dtype, "params": n}
+    for name, (compiled, state, fitness, es) in built.items():
+        row[f"{name}_temp_bytes_per_param"] = compiled.memory_analysis().temp_size_in_bytes / n
+        row[f"{name}_ms"] = time_tell(compiled, state, fitness, es, calls)
+    ms = medians(row)
+    return row | {"ratio": ms["dense"] / ms["factored"]}
+
+
+def medians(row: dict) -> dict:
+    """Each tell's median ms over its rounds."""
+    return {name: statistics.median(row[f"{name}_ms"]) for name in ("factored", "dense")}
+
+
+def cells(row: dict) -> list[str]:
+    ms = medians(row)
+    return [
+        *(str(row[k]) for k in ("d", "layers", "P", "rank", "dtype")),
+        f"{row['params']:,}",
+        f"{row['factored_temp_bytes_per_param']:.2f}",
+        f"{row['dense_temp_bytes_per_param']:.2f}",
+        f"{ms['factored']:.2f}",
+        f"{ms['dense']:.2f}",
+        f"{row['ratio']:.2f}",
+    ]
+
+
+def run(args, argv: list[str]) -> None:
+    info = machine_info(argv, ("jax", "jaxlib", "optax"), jax_backend=True)
     rows = []
-    print(
-        "| d | layers | P | rank | dtype | params | temp B/param factored | dense "
-        "| ms factored | ms dense | dense / factored |"
+    for case in CASES:
+        rows.append(measure(case, args.calls))
+        print(" | ".join(cells(rows[-1])), file=sys.stderr, flush=True)
+    table = driver.markdown_table(
+        "d | layers | P | rank | dtype | params | temp B/param factored | dense | ms factored "
+        "| ms dense | dense / factored",
+        "rrrrlrrrrrr",
+        [cells(row) for row in rows],
     )
-    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
-    for d, layers, population, rank, dtype in CASES:
-        built, n = programs(d, layers, population, rank, dtype)
-        row = {"d": d, "layers": layers, "P": population, "rank": rank, "dtype": dtype, "params": n}
-        for name, (compiled, state, fitness, es) in built.items():
-            row[f"{name}_temp_bytes_per_param"] = compiled.memory_analysis().temp_size_in_bytes / n
-            row[f"{name}_ms"] = time_tell(compiled, state, fitness, es, args.calls)
-        ms = {name: statistics.median(row[f"{name}_ms"]) for name in built}
-        row["ratio"] = ms["dense"] / ms["factored"]
-        rows.append(row)
-        print(
-            f"| {d} | {layers} | {population} | {rank} | {dtype} | {n:,} "
-            f"| {row['factored_temp_bytes_per_param']:.2f} "
-            f"| {row['dense_temp_bytes_per_param']:.2f} | {ms['factored']:.2f} "
-            f"| {ms['dense']:.2f} | {row['ratio']:.2f} |",
-            flush=True,
-        )
-    finish_machine_info(info, [])
-    if args.out:
-        write_json(args.out, {"machine": info, "rows": rows})
-        print(f"wrote {args.out}")
+    write_results(args.out, info, [], [table], {"rows": rows}, show_machine=False)
 
 
 if __name__ == "__main__":
-    main()
+    driver.main(sys.argv, parse_args, None, run)
