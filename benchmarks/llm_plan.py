@@ -7,7 +7,8 @@ are abstract (`jaxes.llm.abstract_params`): the searched ones (every projection,
 norm: `jaxes.llm.text_task`'s default) are the float32 master, which the model rounds to
 bfloat16 where each layer reads it (`--weights float32`, the default; `--weights bfloat16`
 hands the members a bfloat16 copy of the master instead); the embeddings (and an untied head)
-are frozen, `--frozen-dtype` (bfloat16, as the checkpoints hold them). One generation is
+are frozen, `--frozen-dtype` (bfloat16, as the checkpoints hold them; a bfloat16 embedding
+table as its bits, as `jaxes.llm.text_task` holds it). One generation is
 `jaxes.step.generation_step(es, task)` with `task = jaxes.tasks.sequence.sequence_task(model,
 ..., frozen=frozen, chunk_size=chunk)` (greedy, a token reward), the frozen params an argument
 of the jitted step: `jax.jit(step, donate_argnums=0).lower(train_state, frozen)
@@ -133,6 +134,7 @@ def build(size: str, args, stream: bool):
     from jaxes.llm import CausalLM, abstract_params, from_dict
     from jaxes.llm.text_task import split_params
     from jaxes.step import TrainState, generation_step
+    from jaxes.tasks.layers import embedding_bits
     from jaxes.tasks.sequence import sequence_task
 
     config = from_dict(CONFIGS[size])
@@ -141,6 +143,7 @@ def build(size: str, args, stream: bool):
     searched, frozen = split_params(params, False)
     frozen_dtype = jnp.dtype(args.frozen_dtype)
     frozen = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, frozen_dtype), frozen)
+    frozen = jax.eval_shape(embedding_bits, frozen)  # as jaxes.llm.text_task holds them
     if args.weights == "bfloat16":
         searched = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), searched)
     es = jaxes.open_es(

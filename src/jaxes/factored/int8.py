@@ -75,8 +75,10 @@ def matmul(x: jax.Array, w: Int8) -> jax.Array:
 
 
 def check_leaf(path, x) -> None:
-    """An int8 array that is not an ``Int8`` has no scales: refused, naming the leaf."""
-    if not is_int8(x) and jnp.issubdtype(jnp.result_type(x), jnp.integer):
+    """An int8 array that is not an ``Int8`` has no scales: refused, naming the leaf. Wider
+    integers are not weights of this format (a ``uint16`` table holds a bfloat16 one's bits:
+    ``jaxes.tasks.layers.embedding_bits``)."""
+    if not is_int8(x) and jnp.result_type(x) in (jnp.int8, jnp.uint8):
         raise ValueError(
             f"params: leaf {jax.tree_util.keystr(path)} is {jnp.result_type(x)} without scales; "
             "quantise float weights with jaxes.factored.int8.quantize, which keeps a scale per "

@@ -24,6 +24,7 @@ from jaxes.checks import check_int
 from jaxes.factored import int8
 from jaxes.llm.pretrained import Pretrained
 from jaxes.llm.tokenizer import Tokenizer
+from jaxes.tasks.layers import embedding_bits, embedding_values
 from jaxes.tasks.sequence import sequence_task
 from jaxes.types import Task
 
@@ -99,7 +100,9 @@ class TextTask(NamedTuple):
       reward: the reward as the task calls it (a ``TextReward`` for a text reward: its
         ``failure`` names the prompt a failing reward was scoring).
       prompts: the problems' left-padded prompt ids ``(N, Tp)``.
-      frozen: the params the search leaves as the checkpoint has them (``None``: none).
+      frozen: the params the search leaves as the checkpoint has them (``None``: none); a
+        bfloat16 embedding table as the integers of its bits
+        (``jaxes.tasks.layers.embedding_bits``: the jitted step then holds no view of it).
     """
 
     task: Task
@@ -109,7 +112,7 @@ class TextTask(NamedTuple):
 
     def merge(self, centre) -> dict:
         """The whole parameter tree of a searched ``centre`` (what ``export`` writes)."""
-        return trees.merged(centre, self.frozen)
+        return embedding_values(trees.merged(centre, self.frozen))
 
 
 FROZEN_BY_DEFAULT = ("embed_tokens", "lm_head")
@@ -205,6 +208,7 @@ def text_task(
             np.concatenate([_left(ids, longest, tokenizer), _left(eval_ids, longest, tokenizer)]),
         )
     searched, frozen = split_params(pretrained.params, embeddings)
+    frozen = None if frozen is None else embedding_bits(frozen)
     task = sequence_task(
         model,
         lambda key: searched,

@@ -6,7 +6,9 @@ whose weights, with ``stream=True``, are read only once its input exists
 time instead of XLA hoisting every layer's converts ahead of the loop. ``Embed`` is
 ``nn.Embed`` that rounds the rows it looks up to ``dtype``, not the whole table, and slices a
 bfloat16 table as the integers of its bits (XLA:CPU would widen all of it to float32); used
-as a streamed tied head (``attend``), it reads the table a block of rows at a time.
+as a streamed tied head (``attend``), it reads the table a block of rows at a time. A
+``uint16`` table is a bfloat16 table's bits (``embedding_bits``): a frozen table held so
+costs no copy of itself at all, where a bfloat16 one costs the program one integer view.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -69,7 +71,8 @@ class Embed(nn.Embed):
         # alone leaves it hoisted, whereas a block sliced inside the loop is converted there
         # (one block's float32 copy at a time).
         if not self.stream:
-            query, embedding = self.promote_dtype(query, self.embedding, dtype=self.dtype)
+            table = _from_bits(self.embedding, self.embedding)
+            query, embedding = self.promote_dtype(query, table, dtype=self.dtype)
             return jnp.dot(query, embedding.T)
         return blocked_logits(
             query, self.embedding, self.dtype, HEAD_BLOCK_ROWS, self.promote_dtype
@@ -85,15 +88,54 @@ def _as_bits(table):
     """A bfloat16 table as the integers of its bits (other dtypes as they are). XLA:CPU widens
     bfloat16 to float32 for a slice or a gather too, and that widening reads only the table,
     so it is hoisted out of a decode loop whole (a float32 copy of the table, held through the
-    loop); sliced as integers, only the rows read are widened, inside the loop."""
+    loop); sliced as integers, only the rows read are widened, inside the loop. The view is
+    itself hoisted and held (one integer copy of the table): ``embedding_bits`` spares it."""
     if table.dtype != jnp.bfloat16:
         return table
     return jax.lax.bitcast_convert_type(table, jnp.uint16)
 
 
 def _from_bits(rows, table):
-    """Rows sliced from ``_as_bits(table)`` back in ``table``'s dtype."""
-    return rows if rows.dtype == table.dtype else jax.lax.bitcast_convert_type(rows, table.dtype)
+    """Rows sliced from ``_as_bits(table)`` back in ``table``'s dtype (bfloat16 for the bits
+    of one, a ``uint16`` table)."""
+    dtype = jnp.bfloat16 if table.dtype == jnp.uint16 else table.dtype
+    return rows if rows.dtype == dtype else jax.lax.bitcast_convert_type(rows, dtype)
+
+
+def _bits_or_values(tree, bits: bool):
+    def convert(path, leaf):
+        name = getattr(path[-1], "key", None) if path else None
+        dtype = jnp.bfloat16 if bits else jnp.uint16
+        if name != "embedding" or leaf.dtype != dtype:
+            return leaf
+        return jax.lax.bitcast_convert_type(leaf, jnp.uint16 if bits else jnp.bfloat16)
+
+    return jax.tree_util.tree_map_with_path(convert, tree)
+
+
+def embedding_bits(params):
+    """``params`` with every bfloat16 ``embedding`` (an ``Embed``'s table) held as the
+    ``uint16`` integers of its bits, which ``Embed`` reads as that table, bit for bit. For a
+    table the search leaves alone (a pretrained model's frozen embeddings): made outside the
+    jitted step, its bits are an argument, and the step holds no integer view of its own (one
+    table, 272 MB at Qwen2.5 0.5B). ``embedding_values`` undoes it.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> tree = {"embed": {"embedding": jnp.array([[1.0, -2.0]], jnp.bfloat16)}}
+      >>> bits = embedding_bits(tree)
+      >>> bits["embed"]["embedding"].dtype.name, bits["embed"]["embedding"].tolist()
+      ('uint16', [[16256, 49152]])
+      >>> embedding_values(bits)["embed"]["embedding"].tolist() == [[1.0, -2.0]]
+      True
+    """
+    return _bits_or_values(params, True)
+
+
+def embedding_values(params):
+    """``params`` with every ``uint16`` ``embedding`` back as the bfloat16 table it holds the
+    bits of (``embedding_bits``'s inverse)."""
+    return _bits_or_values(params, False)
 
 
 @jax.custom_jvp
@@ -104,9 +146,18 @@ def _take_rows(table, ids):
 
 @_take_rows.defjvp
 def _take_rows_jvp(primals, tangents):
-    # Integers carry no tangent: the rows' tangent is the same gather of the table's.
+    # Integers carry no tangent: the rows' tangent is the same gather of the table's (none
+    # for a table held as bits, which is frozen).
     (table, ids), (d_table, _) = primals, tangents
-    return _take_rows(table, ids), jnp.take(d_table, ids, axis=0)
+    out = _take_rows(table, ids)
+    return out, _tangent(d_table, lambda d: jnp.take(d, ids, axis=0), out)
+
+
+def _tangent(d_table, read, out):
+    """``read(d_table)``, or zeros like ``out`` when the table is integers (float0)."""
+    if d_table.dtype == jax.dtypes.float0:
+        return jnp.zeros_like(out)
+    return read(d_table)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
@@ -122,7 +173,7 @@ def _slice_rows_jvp(rows, primals, tangents):
     # The value does not depend on ``query`` (it only orders the read).
     (table, start, query), (d_table, _, _) = primals, tangents
     out = _slice_rows(table, start, query, rows)
-    return out, jax.lax.dynamic_slice_in_dim(d_table, start, rows)
+    return out, _tangent(d_table, lambda d: jax.lax.dynamic_slice_in_dim(d, start, rows), out)
 
 
 def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
@@ -133,7 +184,7 @@ def blocked_logits(query, table, dtype, rows: int, promote=promote_dtype):
     one before when ``rows`` does not divide the vocabulary, and writes the same values)."""
     vocab = table.shape[0]
     rows = min(rows, vocab)
-    out_dtype = dtype or jnp.result_type(query, table)
+    out_dtype = dtype or jnp.result_type(query, _from_bits(table[:0], table))
 
     def block(i, out):
         start = jnp.minimum(i * rows, vocab - rows)
