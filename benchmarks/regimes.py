@@ -41,6 +41,19 @@ Also measured:
           tell; seconds per call after compiling (median of 3) and the bytes of the state it
           returns (the sum of `nbytes` over its leaves).
 
+Parts (`--parts`, instead of the grid; one child, for the first of --strategies, --dims and
+--pops, by default snes, d = 10, P = 16): where a small generation's time goes. First the
+top-level kernels and the outputs of each library's `jax.jit(tell)` (a small call pays per
+launch and per returned array) and each state's leaves; then µs per call, not donated and
+donated, of `ask`, `tell`, `tell` returning its state only (its info left to dead-code
+elimination) or its info stacked into one array, and `jax.jit(lambda state: state)` (what a
+call costs for the leaves alone), each called 100 times to warm up, then 1,000 times in a
+block, each call ended by `jax.block_until_ready`, the blocks of all parts alternating, median
+of 5 rounds; then µs per generation of separate calls left to run asynchronously (2,000 a
+block, blocked on at the end) with each of those `tell`s, and of jaxes's `generation_step`
+one generation a call, returning its metrics, the metrics stacked, or none. Printed as tables
+and written to benchmarks/results/regimes_parts.json (or `--out`).
+
 Targets (printed after the table):
   jaxes >= 1.0x evosax in every cell and style, >= 3.0x where d·P >= 10^7;
   init of a 10-d state <= 1 ms for every jaxes strategy;
@@ -51,12 +64,17 @@ Run:
   .venv/bin/python benchmarks/regimes.py --quick    # d in {10, 1000}, P=16, open_es only,
                                                     # a 50-generation seeds run (~2 min)
   .venv/bin/python benchmarks/regimes.py --strategies snes --dims 1000 100000 --pops 64
+  .venv/bin/python benchmarks/regimes.py --parts    # snes, d = 10, P = 16, part by part
+  .venv/bin/python benchmarks/regimes.py --parts --strategies open_es --dims 100 --pops 64
+  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
+    .venv/bin/python benchmarks/regimes.py --parts  # XLA:CPU on one thread
 Results are printed as a table and written as JSON to `--out` (default
 benchmarks/results/regimes.json, or regimes_quick.json with `--quick`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -160,11 +178,15 @@ class Library:
             # params); the lambdas above keep the state at the same positions.
             self.ask_state_arg, self.tell_state_arg = 1, 3
 
+    def tell_args(self, keys, population, fitness, state) -> tuple:
+        """`tell`'s arguments in this library's order."""
+        if self.lib == "jaxes":
+            return state, fitness
+        return keys[1], population, fitness, state
+
     def full_tell(self, tell, keys, population, fitness, state):
         """`tell` (jitted or not) with the arguments in this library's order; the state only."""
-        if self.lib == "jaxes":
-            return tell(state, fitness)[0]
-        return tell(keys[1], population, fitness, state)[0]
+        return tell(*self.tell_args(keys, population, fitness, state))[0]
 
     def generation(self, state, keys):
         """ask, fitness, tell: the body of the fused style and of the seeds run."""
@@ -394,13 +416,217 @@ def measure_seeds(spec: dict) -> dict:
     return spec | out | {"seeds": SEEDS, "d": SEEDS_DIM, "P": SEEDS_POP}
 
 
+# --------------------------------------------------------------------------------------------
+# --parts: where one small generation's time goes, part by part (one child). The grid above
+# times whole generations; this says which part of a small one costs what.
+# --------------------------------------------------------------------------------------------
+
+PARTS = {"strategy": "snes", "d": 10, "P": 16}
+PARTS_WARMUP = 100  # calls (or generations) before each timed block
+PARTS_COUNTS = {"calls": 1_000, "gens": 2_000, "rounds": 5}
+QUICK_PARTS_COUNTS = {"calls": 100, "gens": 200, "rounds": 1}
+# What a top-level instruction of a compiled program launches: a small call pays per launch.
+LAUNCHES = (" fusion(", " custom-call(", " copy(", " while(", " conditional(", " dot(", " sort(")
+
+
+def kernels(compiled) -> int:
+    """The kernels a compiled program launches at its top level, whatever their size."""
+    text = compiled.as_text()
+    entry = text[text.index("\nENTRY") :].split("\n}\n")[0]
+    return sum(any(op in line for op in LAUNCHES) for line in entry.splitlines())
+
+
+def stacked(out: tuple) -> tuple:
+    """`(state, info)` with the info's leaves in one float32 array: one output, not many
+    (evosax's metrics hold vectors besides scalars)."""
+    import jax
+    import jax.numpy as jnp
+
+    state, info = out
+    return state, jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(info)])
+
+
+def state_only(out: tuple) -> tuple:
+    """`(state,)`: the info left to XLA's dead-code elimination."""
+    return (out[0],)
+
+
+def by_library(times: dict) -> dict:
+    """`{(library, name): µs}` as `{library: {name: µs}}`."""
+    out = {}
+    for (lib, name), us in times.items():
+        out.setdefault(lib, {})[name] = us
+    return out
+
+
+def us_per_unit(loops: dict, count: int, rounds: int) -> dict:
+    """Median µs per unit of each `loop(n)` (n calls or generations): each warmed up with
+    PARTS_WARMUP units, then `count` timed, the loops alternating, `rounds` times."""
+
+    def timed(loop) -> float:
+        loop(PARTS_WARMUP)
+        start = time.perf_counter()
+        loop(count)
+        return (time.perf_counter() - start) / count * 1e6
+
+    times = alternate(
+        {name: functools.partial(timed, loop) for name, loop in loops.items()}, rounds
+    )
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def one_generation(library: Library) -> tuple:
+    """(state after one generation, key, population, fitness): a state past its first
+    generation (evosax's changes type there) and the arguments of a `tell` on it."""
+    import jax
+
+    key = jax.random.key(1)
+    state = jax.jit(library.generation)(jax.jit(library.init)(jax.random.key(0)), (key, key))
+    population, _ = jax.jit(library.ask)(key, state)  # not donated: `state` stays valid
+    return state, key, population, jax.vmap(library.fitness)(population)
+
+
+def tell_program(library: Library) -> dict:
+    """`jax.jit(tell)`'s top-level kernels and outputs (each a buffer a call allocates and
+    hands back) and the state's leaves."""
+    import jax
+
+    state, key, population, fitness = one_generation(library)
+    lowered = jax.jit(library.tell).lower(
+        *library.tell_args((key, key), population, fitness, state)
+    )
+    return {
+        "kernels": kernels(lowered.compile()),
+        "outputs": len(jax.tree.leaves(lowered.out_info)),
+        "state_leaves": len(jax.tree.leaves(state)),
+    }
+
+
+def part_calls(library: Library, donate: bool) -> dict:
+    """Each part of a generation as `run(n)`: n jitted calls, each blocked on, that carry one
+    held state (each call's replaces it, so a donated one is never read again): `ask`,
+    `tell`, `tell` returning its state only or its info stacked, and a state round trip
+    (what a call costs for the state's leaves alone)."""
+    import jax
+
+    held, key, population, fitness = one_generation(library)
+    ask = jax.jit(library.ask, donate_argnums=library.ask_state_arg if donate else ())
+
+    def jit_tell(out):
+        def tell(*args):
+            return out(library.tell(*args))
+
+        return jax.jit(tell, donate_argnums=library.tell_state_arg if donate else ())
+
+    def told(tell):
+        return lambda state: tell(*library.tell_args((key, key), population, fitness, state))[0]
+
+    calls = {
+        "ask": lambda state: ask(key, state)[1],
+        "tell": told(jit_tell(lambda out: out)),
+        "tell, state out": told(jit_tell(state_only)),
+        "tell, info stacked": told(jit_tell(stacked)),
+        "state round trip": jax.jit(lambda state: state, donate_argnums=0 if donate else ()),
+    }
+
+    def repeat(call, n: int) -> None:
+        nonlocal held
+        for _ in range(n):
+            held = jax.block_until_ready(call(held))
+
+    return {name: functools.partial(repeat, call) for name, call in calls.items()}
+
+
+def generation_loops(library: Library, gens: int) -> dict:
+    """`run(n)`: n generations of separate jitted calls (ask, fitness, tell) left to run
+    asynchronously, blocked on once at the end, with `tell` returning its info, the info
+    stacked, or the state only."""
+    import jax
+
+    ask, fitness = jax.jit(library.ask), jax.jit(jax.vmap(library.fitness))
+    start = jax.jit(library.init)(jax.random.key(0))
+    keys = generation_keys(1, max(gens, PARTS_WARMUP))
+    tells = {
+        "info": jax.jit(library.tell),
+        "info stacked": jax.jit(lambda *args: stacked(library.tell(*args))),
+        "state only": jax.jit(lambda *args: state_only(library.tell(*args))),
+    }
+
+    def loop(tell, n: int) -> None:
+        state = start
+        for k in keys[:n]:
+            population, state = ask(k[0], state)
+            state = library.full_tell(tell, k, population, fitness(population), state)
+        jax.block_until_ready(state)
+
+    return {name: functools.partial(loop, tell) for name, tell in tells.items()}
+
+
+def step_loops(library: Library) -> dict:
+    """`run(n)`: n calls of jaxes's `generation_step` (sphere, state donated, left to run
+    asynchronously) returning its metrics dict, the metrics stacked, or none."""
+    import jax
+
+    from jaxes.step import generation_step
+    from jaxes.tasks.functions import function_task
+    from jaxes.training import init_state
+
+    task = function_task("sphere", library.d)
+    step = generation_step(library.es, task)
+    steps = {
+        "metrics": jax.jit(step, donate_argnums=0),
+        "metrics stacked": jax.jit(lambda ts: stacked(step(ts)), donate_argnums=0),
+        "no metrics": jax.jit(lambda ts: state_only(step(ts)), donate_argnums=0),
+    }
+
+    def loop(fn, n: int) -> None:
+        ts = init_state(library.es, task, seed=0)
+        for _ in range(n):
+            ts = fn(ts)[0]
+        jax.block_until_ready(ts)
+
+    return {name: functools.partial(loop, fn) for name, fn in steps.items()}
+
+
+def measure_parts(spec: dict) -> dict:
+    """Each library's `tell` program, its parts per call (not donated, donated) and whole
+    generations of separate calls; jaxes's `generation_step` one generation a call."""
+    counts = spec["counts"]
+    libs = {
+        lib: Library(lib, spec["strategy"], spec["d"], spec["P"]) for lib in ("jaxes", "evosax")
+    }
+    out = {"tell_program": {lib: tell_program(library) for lib, library in libs.items()}}
+    for key, donate in (("calls", False), ("calls_donated", True)):
+        loops = {
+            (lib, part): run
+            for lib, library in libs.items()
+            for part, run in part_calls(library, donate).items()
+        }
+        out[key] = by_library(us_per_unit(loops, counts["calls"], counts["rounds"]))
+    loops = {
+        (lib, name): run
+        for lib, library in libs.items()
+        for name, run in generation_loops(library, counts["gens"]).items()
+    }
+    out["generations"] = by_library(us_per_unit(loops, counts["gens"], counts["rounds"]))
+    out["generation_step"] = us_per_unit(
+        step_loops(libs["jaxes"]), counts["gens"], counts["rounds"]
+    )
+    return spec | out
+
+
 def run_child(spec: dict) -> dict:
     # Keep XLA's C++ logging and JAX's Python warnings (e.g. unusable donations) off stderr,
     # which the parent copies to the terminal as progress.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
     quiet_import("evosax", "optax", "jaxes")
-    measure = {"cell": measure_cell, "init": measure_init, "seeds": measure_seeds}[spec["kind"]]
+    measure = {
+        "cell": measure_cell,
+        "init": measure_init,
+        "seeds": measure_seeds,
+        "parts": measure_parts,
+    }[spec["kind"]]
     return measure(spec)
 
 
@@ -489,6 +715,41 @@ def format_seeds(seeds: dict) -> str:
     )
 
 
+def format_parts(parts: dict) -> str:
+    """`--parts`' tables: µs per call of each part, per generation of separate calls, per
+    `generation_step` call, after the `tell` programs' sizes."""
+    if "tell_program" not in parts:
+        return f"parts: {parts.get('status', 'error')}: {parts.get('error', '')[:300]}"
+    program = parts["tell_program"]
+    lines = [
+        f"{parts['strategy']}, d = {parts['d']}, P = {parts['P']}: a jitted tell's top-level "
+        f"kernels jaxes {program['jaxes']['kernels']}, evosax {program['evosax']['kernels']}; "
+        f"its outputs jaxes {program['jaxes']['outputs']}, evosax {program['evosax']['outputs']}; "
+        f"state leaves jaxes {program['jaxes']['state_leaves']}, "
+        f"evosax {program['evosax']['state_leaves']}",
+        "",
+    ]
+    calls, donated = parts["calls"], parts["calls_donated"]
+    rows = [
+        [part, *(f"{d[lib][part]:.1f}" for d in (calls, donated) for lib in ("jaxes", "evosax"))]
+        for part in calls["jaxes"]
+    ]
+    head = "µs per call | jaxes | evosax | jaxes, donated | evosax, donated"
+    lines += [driver.markdown_table(head, "lrrrr", rows), ""]
+    gens = parts["generations"]
+    rows = [
+        [name, f"{gens['jaxes'][name]:.1f}", f"{gens['evosax'][name]:.1f}"]
+        for name in gens["jaxes"]
+    ]
+    head = "µs per generation of separate calls, tell returning | jaxes | evosax"
+    lines += [driver.markdown_table(head, "lrr", rows), ""]
+    rows = [[name, f"{us:.1f}"] for name, us in parts["generation_step"].items()]
+    lines.append(
+        driver.markdown_table("µs per generation_step call, returning | jaxes", "lr", rows)
+    )
+    return "\n".join(lines)
+
+
 def summary_line(cells: list[dict], styles: list[str]) -> str:
     """Cells (strategy, d, P, style) below 1.0x, and big cells (d·P >= 1e7) below 3.0x."""
     misses, big_misses, counted, big_counted = {}, {}, 0, 0
@@ -516,19 +777,36 @@ def by_style(counts: dict[str, int]) -> str:
 
 
 def parse_args(argv: list[str]):
-    quick = "d in {10, 1000}, P=16, open_es only, a 50-generation seeds run"
+    quick = (
+        "d in {10, 1000}, P=16, open_es only, a 50-generation seeds run (with --parts: "
+        "blocks of 100 calls and 200 generations, one round)"
+    )
     parser = driver.parser(__doc__, quick, "regimes", timeout=1800)
     parser.add_argument("--dims", type=int, nargs="+", help=f"dimensions (default {DIMS})")
     parser.add_argument("--pops", type=int, nargs="+", help=f"population sizes (default {POPS})")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="default: all")
     parser.add_argument("--styles", nargs="+", choices=STYLES, help="default: all")
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="instead of the grid: a small generation part by part, for the first of "
+        f"--strategies, --dims and --pops (default {PARTS['strategy']}, d = {PARTS['d']}, "
+        f"P = {PARTS['P']}), into regimes_parts.json",
+    )
     args = parser.parse_args(argv)
-    args.out = args.out or driver.results_path("regimes", args.quick)
+    args.out = args.out or driver.results_path(
+        "regimes_parts" if args.parts else "regimes", args.quick
+    )
     return args
 
 
 def plan(args) -> list[dict]:
-    """The children to run: one per cell, then init, then the seeds run."""
+    """The children to run: one per cell, then init, then the seeds run; with `--parts`, one."""
+    if args.parts:
+        first = {"strategy": args.strategies, "d": args.dims, "P": args.pops}
+        chosen = {k: v[0] if v else PARTS[k] for k, v in first.items()}
+        counts = QUICK_PARTS_COUNTS if args.quick else PARTS_COUNTS
+        return [{"kind": "parts", **chosen, "counts": counts}]
     dims = args.dims or (QUICK_DIMS if args.quick else DIMS)
     pops = args.pops or (QUICK_POPS if args.quick else POPS)
     strategies = args.strategies or (QUICK_STRATEGIES if args.quick else STRATEGIES)
@@ -545,10 +823,22 @@ def plan(args) -> list[dict]:
     return specs
 
 
+def run_parts(args, info: dict, specs: list[dict]) -> None:
+    """`--parts`: its one child, its tables, its JSON."""
+    rows = spawn_all(__file__, specs, args.timeout, json.dumps, lambda r: r.get("status", "ok"))
+    warns = [f"parts child failed: {r['status']}" for r in rows if "status" in r]
+    warns += driver.shared_cpu_warnings(rows)
+    texts = [format_parts(rows[0])]
+    write_results(args.out, info, warns, texts, {"parts": rows[0]}, show_machine=False)
+
+
 def run(args, argv: list[str]) -> None:
     start = time.perf_counter()
     info = machine_info(argv, ("jax", "jaxlib", "evosax", "optax"), jax_backend=True)
     specs = plan(args)
+    if args.parts:
+        run_parts(args, info, specs)
+        return
     results = spawn_all(__file__, specs, args.timeout, json.dumps, lambda r: r.get("status", "ok"))
     cells = [add_ratios(r) for r in results if r["kind"] == "cell"]
     init = next(r for r in results if r["kind"] == "init")
