@@ -141,8 +141,7 @@ def one_run(f: int, d: int, budget: int, chunk: int) -> dict:
     }
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib"), jax_backend=True)
     rows = [one_run(f, d, budget, args.chunk) for f, d, budget in args.runs]
     table = driver.markdown_table(
@@ -183,4 +182,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)

@@ -190,14 +190,18 @@ def e2e_part(generations: int, rounds: int, quick: bool) -> list[dict]:
     return rows
 
 
-def main(argv: list[str]) -> None:
+def parse_args(argv: list[str]):
     parser = driver.parser(__doc__, "P = 256 and fewer repeats", "policy_cost", child=False)
     parser.add_argument("--part", choices=("step", "e2e", "both"), default="both")
     parser.add_argument("--repeats", type=int, default=30, help="timed policy steps per setting")
     parser.add_argument("--generations", type=int, default=5, help="generations per timed block")
     parser.add_argument("--rounds", type=int, default=3, help="timed blocks per setting")
-    args = parser.parse_args(argv[1:])
-    out = args.out or driver.results_path("policy_cost", args.quick)
+    args = parser.parse_args(argv)
+    args.out = args.out or driver.results_path("policy_cost", args.quick)
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, packages=("jax", "jaxlib", "gymnax", "brax"), jax_backend=True)
     populations = (256,) if args.quick else (256, 768)
     repeats = 10 if args.quick else args.repeats
@@ -220,8 +224,8 @@ def main(argv: list[str]) -> None:
                 f"{r['setting']} (P = {r['population']}, {r['policy']}): "
                 f"{r['env_steps_per_s']:,.0f} env steps/s"
             )
-    write_results(out, info, [], lines, results, show_machine=False)
+    write_results(args.out, info, [], lines, results, show_machine=False)
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
