@@ -1,5 +1,7 @@
-"""`jaxes finetune` on the tiny Countdown model of `examples/jaxes_examples/lm_countdown`:
-the wall time of a 20-generation run and the held-out Countdown reward before and after.
+"""`jaxes finetune` on the tiny Countdown model: a run's wall time and held-out reward.
+
+On the model of `examples/jaxes_examples/lm_countdown`: the wall time of a 20-generation run
+and the held-out Countdown reward before and after.
 
 The model is a 4-layer Qwen2 (d_model 128) pre-trained on Countdown text in the example's
 quick mode (`jaxes_examples.lm_countdown.pretrain.pretrained()`, cached under
@@ -28,7 +30,6 @@ Writes benchmarks/results/llm_finetune.json (or --out).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -86,12 +87,11 @@ def one_run(model: str, setting: str, seed: int, generations: int, workdir: Path
     }
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str]):
+    parser = driver.parser(__doc__, None, "llm_finetune", child=False)
     parser.add_argument("--settings", default="tuned,defaults", help="comma-separated")
     parser.add_argument("--seeds", default="1,2,3", help="tuned's seeds (defaults: the first)")
     parser.add_argument("--generations", type=int, default=20)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     args.settings = args.settings.split(",")
     bad = [s for s in args.settings if s not in SETTINGS]
@@ -102,8 +102,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse(argv[1:])
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "flax"), jax_backend=True)
     sys.path.insert(0, str(ROOT / "examples"))
     from jaxes_examples.lm_countdown.pretrain import pretrained
@@ -130,4 +129,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)

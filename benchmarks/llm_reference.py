@@ -1,7 +1,8 @@
-"""The logit error of `jaxes.llm` against transformers, per family: the six tiny checkpoints of
-tests/fixtures/hf (Qwen2, Qwen3, Llama 3; tied and untied heads; one sharded; Llama 3.1 RoPE
-scaling) and the logits transformers 5.25 (PyTorch 2.13 CPU) computed from them on a
-left-padded batch of 3 prompts (tests/fixtures/hf/make_fixtures.py).
+"""The logit error of `jaxes.llm` against transformers on the tiny checkpoints of tests/fixtures/hf.
+
+Per family: the six tiny checkpoints (Qwen2, Qwen3, Llama 3; tied and untied heads; one
+sharded; Llama 3.1 RoPE scaling) and the logits transformers 5.25 (PyTorch 2.13 CPU) computed
+from them on a left-padded batch of 3 prompts (tests/fixtures/hf/make_fixtures.py).
 
 Reported per model, at the real (unpadded) positions: the largest and the mean absolute logit
 error in float32, the largest relative to the logits' spread, and whether 32 greedy tokens
@@ -14,7 +15,6 @@ Writes benchmarks/results/llm_reference.json (or --out).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -63,11 +63,13 @@ def measure(name: str) -> dict:
     }
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv[1:])
-    out = args.out or driver.results_path("llm_reference")
+def parse_args(argv: list[str]):
+    args = driver.parser(__doc__, None, "llm_reference", child=False).parse_args(argv)
+    args.out = args.out or driver.results_path("llm_reference")
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     info = machine_info(argv, ("jax", "jaxlib", "flax"), jax_backend=True)
     names = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
     rows = [measure(name) for name in names]
@@ -76,8 +78,8 @@ def main(argv: list[str]) -> None:
         f"greedy tokens {'equal' if r['greedy_tokens_equal'] else 'DIFFER'}"
         for r in rows
     ]
-    write_results(out, info, [], lines, {"rows": rows})
+    write_results(args.out, info, [], lines, {"rows": rows})
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
