@@ -1,5 +1,6 @@
-"""COCO bbob: jaxes's CMA-ES variants against pycma and evosax in COCO's own experiment loop,
-and the wall-clock cost of one evaluation.
+"""COCO bbob: jaxes's CMA-ES variants against pycma and evosax, and one evaluation's cost.
+
+The variants run in COCO's own experiment loop; the cost is wall-clock time per evaluation.
 
 Subcommands (each takes `--quick`, a smoke run of about a minute):
 
@@ -1124,9 +1125,9 @@ def speed(args, argv) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    # --out is postprocess's alone: the other subcommands write where they always do.
+    parser = driver.parser(__doc__, "tiny sizes (smoke run, ~1 min)", out=False, child=False)
     parser.add_argument("command", choices=("experiment", "postprocess", "speed", "all"))
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run, ~1 min)")
     parser.add_argument("--out", type=Path, help="postprocess's JSON (default bbob.json)")
     parser.add_argument(
         "--optimizers", nargs="+", choices=OPTIMIZERS, help="experiment: default all"
@@ -1161,8 +1162,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
+def run(args, argv: list[str]) -> None:
     if args.command in ("experiment", "all"):
         experiment(args, argv)
     if args.command in ("speed", "all"):
@@ -1172,4 +1172,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)

@@ -145,9 +145,8 @@ def report(args) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    # It writes a JSON per game under --results, so no single --out.
+    parser = driver.parser(__doc__, out=False, child=False)
     parser.add_argument("--games", type=driver.comma_list(str), default=["Breakout"])
     parser.add_argument("--settings", type=driver.comma_list(str), default=list(GRID))
     parser.add_argument("--seeds", default=SEEDS, help="the sweep's seeds (one program)")
@@ -167,8 +166,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv[1:])
+def run(args, argv: list[str]) -> None:
     if args.list:
         for name, flags in GRID.items():
             print(f"{name}: {row_slug({**ROW, **flags})}")
@@ -181,4 +179,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    driver.main(sys.argv, parse_args, None, run)
