@@ -1,5 +1,7 @@
-"""The fixed-answer floors of Countdown problem distributions (issue 61): what writing one
-answer shape per count of numbers, whatever the numbers, scores on held-out problems.
+"""The fixed-answer floors of Countdown problem distributions (issue 61).
+
+A floor is what writing one answer shape per count of numbers, whatever the numbers, scores on
+held-out problems.
 
 A shape is a left-to-right arrangement of the numbers (order and operations, as
 `jaxes_examples.lm_countdown.problems` evaluates them), chosen as the one that hits the target
@@ -14,15 +16,16 @@ Three distributions, all 1..99 numbers and 1..999 targets:
                        arrangements reach, for 3 and for 4 numbers
 
 Pure Python, a few seconds: `.venv/bin/python benchmarks/countdown_floors.py` writes
-benchmarks/results/countdown_floors.json.
+benchmarks/results/countdown_floors.json (or `--out`).
 """
 
 from __future__ import annotations
 
 import sys
 
+import _driver as driver
 import numpy as np
-from _common import RESULTS, cpu_model, git_revision, utc_now, write_json
+from _common import cpu_model, git_revision, utc_now, write_json
 
 SEED = 7
 
@@ -54,7 +57,13 @@ def floor(train: list[dict], test: list[dict]) -> dict:
     return out
 
 
-def main() -> int:
+def parse_args(argv: list[str]):
+    args = driver.parser(__doc__, None, "countdown_floors", child=False).parse_args(argv)
+    args.out = args.out or driver.results_path("countdown_floors")
+    return args
+
+
+def run(args, argv: list[str]) -> None:
     from jaxes_examples.lm_countdown import study
 
     sets = study.problem_sets()
@@ -73,7 +82,7 @@ def main() -> int:
     for name, row in rows.items():
         print(f"{name}: floor {row['floor']:.4f} on {row['problems']} problems")
     write_json(
-        RESULTS / "countdown_floors.json",
+        args.out,
         {
             "floors": rows,
             "command": "python benchmarks/countdown_floors.py",
@@ -82,8 +91,7 @@ def main() -> int:
             "date": utc_now(),
         },
     )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    driver.main(sys.argv, parse_args, None, run)
