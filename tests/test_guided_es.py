@@ -14,6 +14,7 @@ import pytest
 import jaxes
 from jaxes.app.checks import ConfigError
 from jaxes.app.config import TrainConfig
+from jaxes.strategies.guided_es import orthonormal
 from jaxes.strategies.samplers import standard_normal
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.full(4, 0.5)}
@@ -116,6 +117,64 @@ def test_jaxes_train_refuses_it_in_one_line():
     message = str(caught.value)
     assert message.startswith("strategy: guided_es searches along surrogate gradients")
     assert "\n" not in message
+
+
+def told(es, state, seed, fitness_fn=None):
+    """One ask and tell; returns ``(θ' - θ flattened, population, fitness, new state)``."""
+    population, asked = es.ask(jax.random.key(seed), state)
+    fitness_fn = fitness_fn or (lambda x: -jnp.sum((x["w"] - 0.3) ** 2) + jnp.sum(x["b"]))
+    fitness = jax.vmap(fitness_fn)(population)
+    new, info = es.tell(asked, fitness)
+    assert bool(info.applied)
+    return flat(new.params) - flat(asked.params), population, fitness, new
+
+
+def test_with_past_steps_the_basis_spans_the_last_steps_and_without_it_stays_as_guided():
+    es = jaxes.guided_es(8, 0.3, subspace_dims=3, past_steps=True)
+    state = es.init(jax.random.key(0), PARAMS)
+    first, _, _, state = told(es, state, 1)
+    second, _, _, state = told(es, state, 2)
+    expected = orthonormal(jnp.stack([jnp.asarray(second), jnp.asarray(first)], axis=1))
+    basis = np.asarray(state.basis)
+    # Adam's first steps are nearly parallel: the second column is their small difference, so
+    # the rounding of θ' - θ against the step added to θ shows at 1e-5.
+    np.testing.assert_allclose(basis[:, :2], np.asarray(expected), atol=1e-4)
+    assert not np.any(basis[:, 2])  # two steps, two columns
+    # A tell that applies nothing (every fitness equal) takes no step and keeps the basis.
+    population, asked = es.ask(jax.random.key(3), state)
+    kept, info = es.tell(asked, jnp.zeros(8))
+    assert not bool(info.applied)
+    np.testing.assert_array_equal(np.asarray(kept.basis), basis)
+    # Off (the default): tell leaves the basis as guide left it, zeros if never guided.
+    plain = jaxes.guided_es(8, 0.3, subspace_dims=3)
+    state = plain.init(jax.random.key(0), PARAMS)
+    for seed in (1, 2):
+        state = told(plain, state, seed)[3]
+    assert not np.any(np.asarray(state.basis))
+    guided = jaxes.guide(state, gradient(5))
+    state = told(plain, guided, 6)[3]
+    np.testing.assert_array_equal(np.asarray(state.basis), np.asarray(guided.basis))
+
+
+def test_a_run_guided_by_its_past_steps_still_moves_theta_to_the_centre_of_mass():
+    """Members along the last step (the basis filled), and θ' - θ = lr β (m̄/σ²)(M - c)
+    with plain SGD: the centre-of-mass update, whatever the members' covariance."""
+    sigma, lr, beta = 0.3, 0.05, 2.0
+    es = jaxes.guided_es(
+        8, sigma, alpha=0.2, beta=beta, subspace_dims=2, past_steps=True, optimizer=optax.sgd(lr)
+    )
+    state = told(es, es.init(jax.random.key(0), PARAMS), 1)[3]
+    assert np.any(np.asarray(state.basis[:, 0])) and not np.any(np.asarray(state.basis[:, 1]))
+    step, population, fitness, new = told(es, state, 2)
+    x = np.stack([flat(jax.tree.map(lambda v, i=i: v[i], population)) for i in range(8)])
+    w = np.asarray(jaxes.centered_rank(fitness), np.float64)
+    mass = w - w.min()
+    com, centroid = mass @ x / mass.sum(), x.mean(axis=0)
+    np.testing.assert_allclose(centroid, flat(state.params), atol=1e-6)  # antithetic pairs
+    expected = lr * beta * mass.mean() / sigma**2 * (com - centroid)
+    np.testing.assert_allclose(step, expected, rtol=1e-4, atol=1e-6)
+    newest = np.asarray(new.basis[:, 0])  # and that step is the newest guiding direction
+    np.testing.assert_allclose(newest, step / np.linalg.norm(step), atol=1e-5)
 
 
 # The small-budget version of benchmarks/guided_es.py: d = 300, ρ = 0.5, three seeds.

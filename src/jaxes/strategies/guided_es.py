@@ -8,12 +8,12 @@ the pair, ``U`` (``d × k``) an orthonormal basis of the last ``k`` surrogate gr
 fitness ``w`` and masses ``m = w - min w``, ``Σ_j (w⁺_j - w⁻_j) ε_j = P m̄ (M - c)``, so
 ``g = β (m̄/σ²)(M - c)``, OpenAI-ES's on these members (``fitness_shaping="raw"``: ``f⁺ - f⁻``).
 
-The user gives the surrogate gradient between a ``tell`` and the next ``ask``,
-``state = guide(state, gradient)`` (the ``Strategy`` tuple has no place for it). ``basis``
-keeps ``U``, newest first, each column what its gradient adds to the newer ones
-(Gram-Schmidt), or zeros (a zero, non-finite or dependent gradient, or none yet). With ``k'``
-columns filled the subspace term is ``√((1-α)/k') U z₂``; with none, members are plain ES at
-``α = 1``, ``ε = σ z₁/√d`` (``jaxes train`` has no surrogate gradient, and refuses guided_es).
+The user gives the surrogate gradient between a ``tell`` and the next ``ask``, ``state =
+guide(state, gradient)``; with ``past_steps=True`` (``jaxes train``'s) each applied ``tell``
+gives its own step ``θ' - θ`` (Meier et al. 2019's past descent directions). ``basis`` keeps
+``U``, newest first, each column what its direction adds to the newer ones (Gram-Schmidt) or
+zeros. With ``k'`` columns filled the subspace term is ``√((1-α)/k') U z₂``; with none,
+members are plain ES at ``α = 1``, ``ε = σ z₁/√d``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from jaxes.types import Params, Strategy
 
 @state_dataclass
 class GuidedESState(StrategyState):
-    """Guided ES's state; its own fields are ``opt_state`` (the optax state) and ``basis``,
-    ``U`` over the flattened params (``d × k``, orthonormal or zero columns, newest first)."""
+    """Guided ES's state: ``opt_state`` (optax's) and ``basis``, ``U`` (``d × k``, newest first)."""
 
     strategy = "guided_es"
     opt_state: optax.OptState
@@ -45,9 +44,8 @@ class GuidedESState(StrategyState):
 
 
 def orthonormal(columns: jax.Array) -> jax.Array:
-    """Gram-Schmidt (twice) over the columns in order: each becomes the unit vector along what
-    it adds to the ones before it, or zeros where that is below ``1e-4`` of its norm or not
-    finite, so the first ``m`` columns span the first ``m`` given.
+    """Gram-Schmidt (twice), in order: each column becomes the unit vector along what it adds
+    to those before it, or zeros (under ``1e-4`` of its norm, or not finite).
 
     Example:
       >>> u = orthonormal(jnp.array([[2.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
@@ -68,8 +66,7 @@ def orthonormal(columns: jax.Array) -> jax.Array:
 
 def guide(state: GuidedESState, gradient) -> GuidedESState:
     """``state`` with ``gradient`` (a pytree like the params: a surrogate of the fitness's
-    gradient, either sign) as the newest guiding direction; ``basis`` then spans the last
-    ``k`` given. Call it before ``ask``; a non-finite gradient adds nothing.
+    gradient, either sign) as ``basis``'s newest direction; a non-finite one adds nothing.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxes
@@ -126,6 +123,7 @@ def guided_es(
     alpha=0.5,
     beta=1.0,
     subspace_dims: int = 1,
+    past_steps: bool = False,
     optimizer: optax.GradientTransformation | None = None,
     fitness_shaping="centered_rank",
     sigma_floor=None,
@@ -141,6 +139,7 @@ def guided_es(
       alpha: ``α`` in ``[0, 1]``, the share of the variance in the full space.
       beta: ``β`` > 0, the estimate's scale.
       subspace_dims: ``k``, the surrogate gradients spanning the subspace, ``1 <= k <= d``.
+      past_steps: after each applied update, ``guide`` with its step (a static bool).
       optimizer: any optax transformation on θ (default ``optax.adam(learning_rate)``).
       fitness_shaping, sigma_floor, track_best: as in ``jaxes.strategies``.
 
@@ -189,6 +188,7 @@ def guided_es(
 
     def update(state: GuidedESState, est: Estimate):
         step, opt_state = _tell.optimizer_step(optimizer, state, est.direction)
+        state = guide(state, step) if past_steps else state  # θ' - θ = step: the newest
         return step, state.replace(opt_state=opt_state)
 
     return build(
