@@ -3,7 +3,7 @@
 JAX lowers its threefry hash on CPU as a rolled loop of five iterations, to keep compile times
 short. At the sizes of a small population each iteration is a dozen kernels and copies, and
 those cost more than the hashing: the loop was most of the gap to evosax in a 10-parameter
-``tell`` (``benchmarks/call_parts.py``). With the twenty rounds written out, XLA fuses a whole
+``tell`` (``benchmarks/regimes.py --parts``). With the twenty rounds written out, XLA fuses a whole
 draw into one elementwise kernel on every backend.
 
 The bits are the ones ``jax.random`` gives the same threefry key under

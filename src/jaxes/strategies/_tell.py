@@ -95,7 +95,7 @@ def strategy_info(summary, best_fitness, applied, update_norm, moments, sigma) -
     mean_sigma = sum(jnp.sum(x) for x in sig_leaves) / sum(jnp.size(x) for x in sig_leaves)
     # Computed after the fitness summary (a data dependency XLA keeps, always true): alone it
     # is one more kernel ready at the program's start, which XLA:CPU hands to another thread,
-    # a hand-off dearer than the kernel (benchmarks/call_parts.py, snes d = 10, P = 64).
+    # a hand-off dearer than the kernel (benchmarks/regimes.py --parts --pops 64, snes d = 10).
     mean_sigma = jnp.where(summary.count >= 0, mean_sigma, 0.0)
     return StrategyInfo(
         fitness_mean=summary.mean,
