@@ -12,7 +12,8 @@ import optax
 import pytest
 
 import jaxes
-from jaxes.app.checks import ConfigError
+from jaxes.app import build as build_lib
+from jaxes.app import cli, train
 from jaxes.app.config import TrainConfig
 from jaxes.strategies.guided_es import orthonormal
 from jaxes.strategies.samplers import standard_normal
@@ -111,12 +112,39 @@ def test_guide_and_the_factory_refuse_what_they_cannot_use():
         jaxes.guided_es(4, subspace_dims=4).init(jax.random.key(0), jnp.zeros(3))
 
 
-def test_jaxes_train_refuses_it_in_one_line():
-    with pytest.raises(ConfigError) as caught:
-        TrainConfig.make(env="fast", strategy="guided_es")
-    message = str(caught.value)
-    assert message.startswith("strategy: guided_es searches along surrogate gradients")
-    assert "\n" not in message
+def test_jaxes_train_builds_it_guided_by_its_past_steps_at_alpha_0_95():
+    """The app's guided_es (``build.TRAIN_SETTINGS``): after one tell the basis is that step,
+    and members are θ ± σ (√(0.95/d) z₁ + √0.05 u z₂)."""
+    config = TrainConfig.make(env="fast", strategy="guided_es")
+    assert TrainConfig.from_dict(config.to_dict()) == config  # config.json round trip
+    es = build_lib._strategy(config.strategy)
+    sigma = config.strategy.sigma
+    step, _, _, state = told(es, es.init(jax.random.key(0), PARAMS), 1)
+    u = np.asarray(state.basis[:, 0], np.float64)
+    np.testing.assert_allclose(u, step / np.linalg.norm(step), atol=1e-5)
+    population, state = es.ask(jax.random.key(2), state)
+    z = np.asarray(standard_normal(state.key, 0, D + 1, jnp.float32), np.float64)
+    eps = sigma * (math.sqrt(0.95 / D) * z[:D] + math.sqrt(0.05) * u * z[D])
+    got = flat(jax.tree.map(lambda x: x[0], population))
+    np.testing.assert_allclose(got, flat(state.params) + eps, rtol=1e-5, atol=1e-6)
+
+
+def test_jaxes_train_runs_it_and_resumes_bit_identically(capsys, tmp_path):
+    flags = ["--env", "fast", "--strategy", "guided_es", "--population", "8", "--eval-every", "1"]
+    flags += ["--checkpoint-every", "1", "--eval-episodes", "1"]
+    whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+    assert cli.main(["train", *flags, "--generations", "3", "--out", whole]) == 0
+    assert cli.main(["train", *flags, "--generations", "2", "--out", parts]) == 0
+    assert cli.main(["train", "--resume", "--generations", "3", "--out", parts]) == 0
+    capsys.readouterr()
+    (_, _, _, step_a, a), (_, _, _, step_b, b) = train.load_run(whole), train.load_run(parts)
+    assert step_a == step_b == 3
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    basis = np.asarray(a.strategy_state.basis)  # guided: the last step, checkpointed
+    np.testing.assert_allclose(np.linalg.norm(basis, axis=0), 1.0, rtol=1e-5)
 
 
 def told(es, state, seed, fitness_fn=None):

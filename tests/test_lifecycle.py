@@ -357,7 +357,7 @@ def user_task(dim=3):
     )
 
 
-STRATEGIES = strategies(8, 0.1)
+STRATEGIES = strategies(8, 0.1, guided_es=dict(past_steps=True))  # its basis is checkpointed
 
 
 def quiet_run(strategy, task, out, **kwargs):

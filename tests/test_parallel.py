@@ -100,7 +100,7 @@ def test_one_device_shard_map_and_pmap_agree(task):
         jaxes.sep_cma_es(16, 0.05),
         jaxes.ma_es(16, 0.05),
         jaxes.lm_ma_es(16, 0.05),
-        jaxes.guided_es(16, 0.5, learning_rate=0.05),
+        jaxes.guided_es(16, 0.5, learning_rate=0.05, past_steps=True),  # jaxes train's
         jaxes.ga(16, 0.01, truncation=4),
         jaxes.cr_fm_nes(16, 0.05),
     ],
@@ -207,7 +207,7 @@ def test_a_users_shard_map_loop_needs_gather_members_under_the_vma_check():
         jaxes.sep_cma_es(16, 0.05),
         jaxes.ma_es(16, 0.05),
         jaxes.lm_ma_es(16, 0.05),
-        jaxes.guided_es(16, 0.5, learning_rate=0.05),
+        jaxes.guided_es(16, 0.5, learning_rate=0.05, past_steps=True),
         jaxes.ga(16, 0.01, truncation=4),
         jaxes.cr_fm_nes(16, 0.05),
     ],

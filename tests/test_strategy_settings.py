@@ -131,7 +131,7 @@ def test_a_run_written_before_the_new_settings_is_still_the_same_run(tmp_path):
         (
             {"strategy": "sep_cma_es", "learning_rate_decay": 0.999},
             "learning_rate_decay: sep_cma_es has no learning_rate_decay setting; strategies "
-            "with one: ['open_es', 'ars']",
+            "with one: ['open_es', 'ars', 'guided_es']",
         ),
         (
             {"strategy": "snes", "sigma_decay": 0.999},

@@ -84,7 +84,7 @@ def untrained_return():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["pgpe", "snes", "ars", "sep_cma_es"])
+@pytest.mark.parametrize("strategy", ["pgpe", "snes", "ars", "sep_cma_es", "guided_es"])
 def test_every_strategy_learns_inverted_pendulum_with_its_defaults(
     strategy, tmp_path, untrained_return
 ):

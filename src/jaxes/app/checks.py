@@ -17,8 +17,8 @@ from jaxes.tasks.brax import envs as brax_envs
 from jaxes.training.settings import check_loop, check_stops
 
 LEARNING_RATE_MEANING = (
-    "Adam's for open_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for sep_cma_es; "
-    "ga has none"
+    "Adam's for open_es and guided_es, ClipUp's step for pgpe, η_μ for snes, α for ars, c_m for "
+    "sep_cma_es; ga has none"
 )
 POLICIES = ("linear", "mlp", "vbn_mlp")
 # A gymnax env (jaxes.tasks.gymnax) also takes MinAtar's conv networks.
@@ -59,12 +59,6 @@ LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
 UNROLLED = ("pes", "nres")
 # Settings only some strategies take; any other strategy refuses them, naming the ones that do.
 OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
-# Strategies jaxes train cannot drive, and why (the config error's line).
-NOT_TRAINABLE = {
-    "guided_es": "guided_es searches along surrogate gradients the caller gives each "
-    "generation (jaxes.guide), and jaxes train has none to give; without one it is plain "
-    "antithetic ES (alpha = 1), so train open_es, or call jaxes.guided_es from Python",
-}
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -86,11 +80,7 @@ def takes(strategy: str, setting: str) -> bool:
 def takers(setting: str) -> list[str]:
     """The strategies ``jaxes train`` runs (not ``UNROLLED``'s) that take ``setting``
     (``takes``)."""
-    return [
-        name
-        for name in STRATEGIES
-        if name not in UNROLLED and name not in NOT_TRAINABLE and takes(name, setting)
-    ]
+    return [name for name in STRATEGIES if name not in UNROLLED and takes(name, setting)]
 
 
 def check_number(name: str, value, low: float, inclusive: bool) -> float:
@@ -201,8 +191,6 @@ def check_strategy_config(config) -> None:
     """The strategy's settings: each one it takes in range, none it does not take."""
     if config.name not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {config.name!r}; allowed: {sorted(STRATEGIES)}")
-    if config.name in NOT_TRAINABLE:
-        raise ConfigError(f"strategy: {NOT_TRAINABLE[config.name]}")
     if config.name in UNROLLED:
         raise ConfigError(
             f"strategy: {config.name} estimates gradients of unrolled meta-problems, whose "

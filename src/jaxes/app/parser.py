@@ -97,10 +97,7 @@ TRAIN_FLAGS = [
         "--strategy",
         "strategy",
         str,
-        "evolution strategy: "
-        + ", ".join(
-            n for n in STRATEGIES if n not in checks.UNROLLED and n not in checks.NOT_TRAINABLE
-        ),
+        "evolution strategy: " + ", ".join(n for n in STRATEGIES if n not in checks.UNROLLED),
     ),
     ("--population", "population_size", int, "population size P (even for antithetic pairs)"),
     ("--sigma", "sigma", float, "perturbation scale σ (initial σ where it adapts)"),
