@@ -192,6 +192,8 @@ def test_a_bad_model_is_the_model_error_line_and_writes_nothing(tmp_path, kind, 
         (["--answer-tokens", "0"], "answer_tokens: expected an int >= 1, got 0"),
         (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
         (["--devices", "2"], "devices: a reward in Python runs on one CPU device"),
+        (["--chunk-size", "0"], "chunk_size: expected an int >= 1, got 0"),
+        (["--chunk-size", "5"], "chunk_size: 5 does not divide the population of 32"),
         (["--resume"], "--resume needs --out RUN"),
     ],
 )
@@ -250,18 +252,21 @@ def test_help_and_a_bad_model_through_the_real_command(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_stream_weights_is_a_setting_and_a_run_written_before_it_reads_as_off(run, tmp_path):
+def test_stream_weights_and_chunk_size_are_settings_a_run_written_before_them_reads_as_off(
+    run, tmp_path
+):
     """--stream-weights builds the model that reads each layer's weights where it uses them
-    (the memory plan's setting); a run whose config.json predates the flag still resumes and
-    exports, as unstreamed."""
+    (the memory plan's setting), --chunk-size the task that decodes that many members at once;
+    a run whose config.json predates the flags still resumes and exports, as unstreamed and
+    with every member at once."""
     settings, _ = finetune.read_run(str(run["out"]), "run_dir")
-    assert settings["stream_weights"] is False
-    pretrained, _, _ = finetune.build({**settings, "stream_weights": True})
-    assert pretrained.model.stream_weights is True
+    assert settings["stream_weights"] is False and settings["chunk_size"] is None
+    pretrained, lm, _ = finetune.build({**settings, "stream_weights": True, "chunk_size": 2})
+    assert pretrained.model.stream_weights is True and lm.task.chunk_size == 2
     old = tmp_path / "old"
     shutil.copytree(run["out"], old)
     config = json.loads((old / "config.json").read_text())
-    del config["stream_weights"]
+    del config["stream_weights"], config["chunk_size"]
     (old / "config.json").write_text(json.dumps(config))
     assert finetune.read_run(str(old), "run_dir")[0] == settings
     code, _, err = run_main("export", old, "--out", tmp_path / "model")

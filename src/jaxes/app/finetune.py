@@ -48,6 +48,7 @@ DEFAULTS = {
     "generations": 100,
     "answer_tokens": 64,
     "batch_size": 4,
+    "chunk_size": None,
     "problems": 1000,
     "eval_problems": None,
     "eval_every": 10,
@@ -65,7 +66,7 @@ DEFAULTS = {
 
 # Settings added after the first release of `jaxes finetune`: a run written before them reads
 # as their default, so it still resumes and exports.
-ADDED = ("stream_weights",)
+ADDED = ("stream_weights", "chunk_size")
 
 
 def _task_path(task) -> str | None:
@@ -106,6 +107,13 @@ def settings(given: dict, defaults: dict) -> dict:
         if s[name] is not None:
             check_int(name, s[name], 1)
     check_int("devices", s["devices"], 0)
+    if s["chunk_size"] is not None:
+        check_int("chunk_size", s["chunk_size"], 1)
+        if s["population_size"] % s["chunk_size"]:
+            raise ConfigError(
+                f"chunk_size: {s['chunk_size']} does not divide the population of "
+                f"{s['population_size']}"
+            )
     check_number("learning_rate", s["learning_rate"], 0, inclusive=False)
     if s["checkpoint_every"] is None:
         s["checkpoint_every"] = s["eval_every"]
@@ -239,7 +247,7 @@ def build(s: dict, model: str | None = None):
         pretrained, train, prompt, reward,
         answer_tokens=s["answer_tokens"], eval_problems=held, chat=s["chat"],
         batch_size=s["batch_size"], temperature=s["temperature"], top_p=s["top_p"],
-        embeddings=s["embeddings"], quantize=s["int8"],
+        embeddings=s["embeddings"], quantize=s["int8"], chunk_size=s["chunk_size"],
     )  # fmt: skip
     return pretrained, lm, strategy
 

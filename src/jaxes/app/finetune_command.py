@@ -34,6 +34,9 @@ FINETUNE_FLAGS = [
     ("--generations", "generations", int, "generations to run (in total, when resuming)"),
     ("--answer-tokens", "answer_tokens", int, "tokens each member writes per prompt"),
     ("--batch-size", "batch_size", int, "training prompts per generation, the same for all"),
+    ("--chunk-size", "chunk_size", int, "members decoded at once (default: all P); it must "
+     "divide the members on each device: smaller chunks hold fewer KV caches, larger ones read "
+     "the weights fewer times"),
     ("--problems", "problems", int, "Countdown training problems (countdown only)"),
     ("--eval-problems", "eval_problems", int, "held-out problems the centre answers greedily "
      f"at each evaluation (default: countdown {EVAL_PROBLEMS} of another seed, none of them "
