@@ -33,7 +33,7 @@ from jaxes.strategies.ars import ARSState, ars
 from jaxes.strategies.base import BestMember, EstimateStats, StrategyInfo, centre
 from jaxes.strategies.cma_es import CMAState, cma_es
 from jaxes.strategies.cr_fm_nes import CRFMNESState, cr_fm_nes
-from jaxes.strategies.ga import GAState, ga
+from jaxes.strategies.ga import GASeedState, GAState, ga
 from jaxes.strategies.guided_es import GuidedESState, guide, guided_es
 from jaxes.strategies.lm_ma_es import LMMAState, lm_ma_es
 from jaxes.strategies.ma_es import MAState, ma_es
@@ -73,6 +73,7 @@ __all__ = [
     "LMMAState",
     "MAState",
     "GAState",
+    "GASeedState",
     "GuidedESState",
     "CRFMNESState",
     "BestMember",
