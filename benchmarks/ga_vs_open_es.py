@@ -1,6 +1,6 @@
 """The seed-encoded GA against OpenAI-ES at equal env steps on gymnax (issue 62).
 
-Each strategy trains with `jaxes train --env ENV --strategy NAME --seeds 0-(N-1)` (the seeds
+Each strategy trains with `jaxes train --env ENV --strategy NAME --seeds F-(F+N-1)` (the seeds
 vmapped in one program) and the env's preset, so each runs as a user would run it: on
 CartPole-v1 a linear policy on normalised observations, P = 32, 8 evaluation episodes of the
 centre every `--eval-every` generations; open_es with the preset's σ = 0.1 and Adam 0.05,
@@ -116,6 +116,7 @@ def table(rows: dict, target: float, budgets: list[int]) -> list[str]:
 def parse_args(argv: list[str]):
     parser = driver.parser(__doc__, None, "ga_vs_open_es_<cartpole or game>", child=False)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0, help="F: seeds F .. F+N-1")
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--target", type=float, default=500.0)
@@ -142,9 +143,10 @@ def run(args, argv: list[str]) -> None:
     info = machine_info(argv)
     results = {}
     jaxes = str(REPO / ".venv" / "bin" / "jaxes")
+    seed_range = f"{args.first_seed}-{args.first_seed + args.seeds - 1}"
     for name, flags in flags_of.items():
         with tempfile.TemporaryDirectory() as tmp:
-            command = [jaxes, "train", "--env", env, *flags, "--seeds", f"0-{args.seeds - 1}"]
+            command = [jaxes, "train", "--env", env, *flags, "--seeds", seed_range]
             command += ["--generations", str(args.generations), "--eval-every"]
             command += [str(args.eval_every), "--checkpoint-every", str(args.generations)]
             if args.minatar:
@@ -168,6 +170,7 @@ def run(args, argv: list[str]) -> None:
     settings = {
         "env": env,
         "seeds": args.seeds,
+        "first_seed": args.first_seed,
         "generations": args.generations,
         "eval_every": args.eval_every,
         "target": args.target,
