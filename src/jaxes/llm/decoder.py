@@ -49,12 +49,31 @@ from jaxes.llm.families import ModelConfig
 from jaxes.tasks.layers import Dense, Embed
 
 
+def _stored(new, stored):
+    """``new`` keys or values as ``stored`` holds them: a bfloat16 cache holds the integers of
+    its bits (``init_cache``). XLA:CPU writes a slot of a bfloat16 array by widening the whole
+    array to float32 and back: under the members' ``vmap`` each decode step wrote a new cache
+    and copied it (0.5B's memory plan held the KV caches 2.1 times over); an integer slot is
+    written in place. Elsewhere the view is free."""
+    if stored.dtype == jnp.uint16:
+        return jax.lax.bitcast_convert_type(new.astype(jnp.bfloat16), jnp.uint16)
+    return new.astype(stored.dtype)
+
+
+def _read(stored):
+    """A layer's stored keys or values as numbers (bfloat16 for a cache of bits)."""
+    if stored.dtype == jnp.uint16:
+        return jax.lax.bitcast_convert_type(stored, jnp.bfloat16)
+    return stored
+
+
 class LMCache(NamedTuple):
     """Keys and values of every slot written so far, every layer stacked, and where each row's
     tokens begin.
 
     Attributes:
-      k: ``(layers, batch, cache_len, kv_heads, head_dim)``.
+      k: ``(layers, batch, cache_len, kv_heads, head_dim)``; a bfloat16 cache as the
+        ``uint16`` integers of its bits (``init_cache``).
       v: the same shape.
       start: ``(batch,)`` int32, the first slot holding a real token (left padding before it).
     """
@@ -142,11 +161,11 @@ class Attention(nn.Module):
             keys, values = k, v
         else:
             at = (0, position, 0, 0)
-            keys = jax.lax.dynamic_update_slice(layer_cache[0], k.astype(layer_cache[0].dtype), at)
-            values = jax.lax.dynamic_update_slice(
-                layer_cache[1], v.astype(layer_cache[1].dtype), at
+            layer_cache = tuple(
+                jax.lax.dynamic_update_slice(stored, _stored(new, stored), at)
+                for stored, new in zip(layer_cache, (k, v), strict=True)
             )
-            layer_cache = (keys, values)
+            keys, values = (_read(stored) for stored in layer_cache)
         group = c.heads // c.kv_heads
         q = q.reshape(batch, length, c.kv_heads, group, c.head_dim)
         scores = jnp.einsum(
@@ -234,11 +253,13 @@ class CausalLM(nn.Module):
 
     def init_cache(self, batch: int, dtype=jnp.float32, start=None) -> LMCache:
         """An empty cache for ``batch`` rows whose real tokens begin at slot ``start``
-        (``(batch,)`` ints: each row's left padding; ``None``: none)."""
+        (``(batch,)`` ints: each row's left padding; ``None``: none); a ``dtype`` of bfloat16
+        is held as the ``uint16`` integers of its bits, which the model reads as bfloat16."""
         c = self.config
         shape = (c.layers, batch, self.max_len, c.kv_heads, c.head_dim)
         start = jnp.zeros((batch,), jnp.int32) if start is None else jnp.asarray(start, jnp.int32)
-        return LMCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), start)
+        stored = jnp.uint16 if jnp.dtype(dtype) == jnp.bfloat16 else dtype
+        return LMCache(jnp.zeros(shape, stored), jnp.zeros(shape, stored), start)
 
     @nn.compact
     def __call__(self, tokens: jax.Array, cache: LMCache | None = None, position=0, start=None):
