@@ -78,7 +78,7 @@ times on 2 cores):
   .venv/bin/python benchmarks/bbob.py speed
   .venv/bin/python benchmarks/bbob.py all --quick         # the three at tiny sizes (~1 min)
   .venv/bin/python benchmarks/bbob.py experiment --tag ma --dims 10 --budget 10000 \
-      --functions 1,2,8,10,11,12,14,15 --instances 1-2 \
+      --functions 1-24 --instances 1-2 \
       --optimizers jaxes-ma jaxes-lm-ma evosax-ma evosax-lm-ma pycma
   .venv/bin/python benchmarks/bbob.py postprocess --tag ma --no-cocopp   # bbob_ma.json
 f* comes from `jaxes.tasks.bbob.problem(f, d, i).f_opt` (the same instance data as cocoex).
