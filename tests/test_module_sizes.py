@@ -47,3 +47,16 @@ def test_the_reader_counts_a_long_function_and_accepts_a_reason():
     assert long_functions(source) == [("f", 61)]
     assert long_functions(source.replace('"""Doc."""', f'"""Doc."""\n    # {WHY} ...')) == []
     assert long_functions('def g():\n    """A long\n    docstring."""\n    return 1\n') == []
+
+
+# Issue 62's strategies, each one file of maths on the strategy core (its target: <= 200 lines).
+NEW_STRATEGIES = ("ma_es", "lm_ma_es", "cr_fm_nes", "pes", "nres", "guided_es", "ga", "lineage")
+MAX_STRATEGY_LINES = 200
+
+
+def test_each_strategy_added_on_the_core_is_one_file_of_at_most_200_lines():
+    sizes = {
+        name: (SRC / "strategies" / f"{name}.py").read_text().count("\n")
+        for name in NEW_STRATEGIES
+    }
+    assert {name: n for name, n in sizes.items() if n > MAX_STRATEGY_LINES} == {}

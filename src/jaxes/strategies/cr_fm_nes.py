@@ -18,9 +18,8 @@ the flattened params: ``Diagonal`` cannot express ``vᵀ z`` (it mixes coordinat
 - ``σ ← σ exp(η_σ/2 · Σ w_i (‖z_i‖² - d)/d)``.
 
 On rotated ill-conditioned problems at small ``λ`` and ``d`` (a rotated cigar or ellipsoid,
-``d = 10``, ``λ = 10``) ``v`` can grow without bound, as in the authors' own ``crfmnes`` and in
-evosax's ``CR_FM_NES``; a step that would make ``D`` non-positive or overflow keeps ``D`` and
-``v``.
+``d = λ = 10``) ``v`` can grow without bound, as in the authors' ``crfmnes`` and evosax's
+``CR_FM_NES``; a step that would make ``D`` non-positive or overflow keeps ``D`` and ``v``.
 """
 
 from __future__ import annotations
@@ -94,8 +93,8 @@ def default_constants(d: int, p: int) -> Constants:
     )
 
 
-# The estimate (direction, stats) and what the update reads: the sample, p_σ and the regime.
-Estimated = collections.namedtuple("Estimated", "direction stats sample path_sigma moving")
+# What estimate returns and update reads: direction, stats, sample, p_σ, regime, constants.
+Estimated = collections.namedtuple("Estimated", "direction stats sample path_sigma moving k")
 
 
 def cr_fm_nes(
@@ -107,8 +106,7 @@ def cr_fm_nes(
       population_size: ``λ`` (even, >= 2); ``4 + ⌊3 ln d⌋`` rounded up to even is usual.
       sigma: the initial step size ``σ0`` (> 0).
       learning_rate: ``η_m`` (> 0), the mean's step size (the paper's 1).
-      sigma_floor: σ never goes below it; ``None``: ``default_sigma_floor`` of the dtype.
-      track_best: as in ``jaxes.strategies``.
+      sigma_floor, track_best: as in ``jaxes.strategies``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -126,14 +124,12 @@ def cr_fm_nes(
     check_fixed_sigma(sigma, "cr_fm_nes")
     sigma0 = check_positive("sigma", sigma)
     eta_m = check_positive("learning_rate", learning_rate)
-    if sigma_floor is not None:
-        check_positive("sigma_floor", sigma_floor)
+    sigma_floor = None if sigma_floor is None else check_positive("sigma_floor", sigma_floor)
 
     def init(master):  # v = 0 here; init_with_v draws it
-        zeros = jnp.zeros_like(flat(master))
-        own = dict(sigma=jnp.asarray(sigma0, zeros.dtype), diagonal=zeros + 1, v=zeros)
-        own |= dict(path_sigma=zeros, path_c=zeros)
-        return own, (own["sigma"], RestrictedShape(zeros + 1, zeros))
+        z = jnp.zeros_like(flat(master))
+        own = dict(sigma=jnp.asarray(sigma0, z.dtype), diagonal=z + 1, v=z, path_sigma=z, path_c=z)
+        return own, (own["sigma"], RestrictedShape(z + 1, z))
 
     def scale(state):
         return state.sigma, RestrictedShape(state.diagonal, state.v)
@@ -153,11 +149,10 @@ def cr_fm_nes(
         m, low = population.moments(masses), jnp.min(weights)  # Σ w_i δ_i = Σ m_i δ_i + low Σ δ_i
         direction = jax.tree.map(lambda a, b: a + low * b, m.mass_moment, m.displacement_sum)
         stats = EstimateStats(weights, masses, m, state.sigma)
-        return Estimated(direction, stats, population.sample, path_sigma, moving)
+        return Estimated(direction, stats, population.sample, path_sigma, moving, k)
 
     def update(state, est):
-        z, w, d = est.sample.z, est.stats.weights, est.sample.z.shape[1]
-        k = default_constants(d, p)
+        z, w, d, k = est.sample.z, est.stats.weights, est.sample.z.shape[1], est.k
         kick = math.sqrt(k.c_c * (2 - k.c_c) * k.mu_eff)
         path_c = (1 - k.c_c) * state.path_c + kick * flat(est.direction) / state.sigma
         ys = jnp.concatenate([est.sample.y, path_c[None]]) / state.diagonal
