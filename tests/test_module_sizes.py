@@ -56,7 +56,6 @@ MAX_STRATEGY_LINES = 200
 
 def test_each_strategy_added_on_the_core_is_one_file_of_at_most_200_lines():
     sizes = {
-        name: (SRC / "strategies" / f"{name}.py").read_text().count("\n")
-        for name in NEW_STRATEGIES
+        name: (SRC / "strategies" / f"{name}.py").read_text().count("\n") for name in NEW_STRATEGIES
     }
     assert {name: n for name, n in sizes.items() if n > MAX_STRATEGY_LINES} == {}
