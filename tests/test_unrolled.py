@@ -5,7 +5,8 @@ unrolled T = 100 steps in truncations of K = 10; over 1000 seeds of P = 8 partic
 of PES's and of NRES's estimates (summed over an unroll, θ held) is within 3 standard errors of
 ``jax.grad`` through the whole unroll, and truncated ES's is not. Then the mechanics the
 estimates rest on: PES's noise sums and their reset, NRES's kept noise, the counters that move
-with the task's, the core's ``ask_key``, the task's refusals, and ``jaxes train``'s.
+with the task's, the core's ``ask_key``, the task's refusals, and ``jaxes train``'s on an
+episodic env (tests/test_train_unrolled.py trains them on ``meta_step_size``).
 """
 
 import math
@@ -170,7 +171,9 @@ def test_the_unrolled_task_refuses_a_split_population_and_a_truncation_that_does
         unrolled_task(None, None, 0.0, population_size=2, unroll_length=8, truncation_length=3)
 
 
-def test_jaxes_train_refuses_the_unrolled_strategies_in_one_line(capsys, tmp_path):
+def test_jaxes_train_refuses_the_unrolled_strategies_on_an_episodic_env_in_one_line(
+    capsys, tmp_path
+):
     for name in UNROLLED:
         try:
             code = cli.main(["train", "--strategy", name, "--out", str(tmp_path / "r")])

@@ -32,8 +32,8 @@ TRAIN_SETTINGS = {"guided_es": {"past_steps": True, "alpha": 0.95}}
 
 
 def build(config: TrainConfig) -> tuple[Strategy, Task]:
-    """The strategy and the Brax (or gymnax) task a config describes (errors name the bad
-    setting).
+    """The strategy and the Brax, gymnax or unrolled task a config describes (errors name the
+    bad setting).
 
     Building compiles nothing (the observation size comes from a traced reset).
 
@@ -46,21 +46,25 @@ def build(config: TrainConfig) -> tuple[Strategy, Task]:
         ...
       jaxes.app.checks.ConfigError: open_es: population_size: antithetic pairs need an even ...
     """
-    task = _task(config.env)
-    strategy = _strategy(config.strategy)
+    task = _task(config.env, config.strategy.population_size)
+    strategy = _strategy(config.strategy, config.env)
     if config.strategy.subspace_dim is not None:
         strategy = _in_subspace(strategy, task, config.strategy)
     return strategy, task
 
 
-def _strategy(config: StrategyConfig) -> Strategy:
-    """The strategy of a config, with each setting its factory takes."""
+def _strategy(config: StrategyConfig, env: EnvConfig | None = None) -> Strategy:
+    """The strategy of a config, with each setting its factory takes (pes and nres: the
+    meta-problem's unroll and truncation lengths)."""
     settings = {
         name: getattr(config, name)
         for name in STRATEGY_SETTINGS
         if getattr(config, name) is not None and takes(config.name, name)
     }
     settings.update(TRAIN_SETTINGS.get(config.name, {}))
+    if env is not None and presets.is_unrolled(env.name) and takes(config.name, "unroll_length"):
+        settings["unroll_length"] = env.episode_length
+        settings["truncation_length"] = presets.UNROLLED_TRUNCATION
     if settings.get("noise") == "lowrank":
         settings["noise"] = noise_lib.lowrank(config.noise_rank)
     for name in SCHEDULED:  # a decay and its limit, as the schedule the factory takes
@@ -101,8 +105,17 @@ def _in_subspace(strategy: Strategy, task: Task, config: StrategyConfig) -> Stra
     return subspace_lib.subspace(strategy, config.subspace_dim, config.subspace_projection)
 
 
-def _task(config: EnvConfig) -> Task:
-    """The Brax or gymnax task of an env config."""
+def _task(config: EnvConfig, population_size: int) -> Task:
+    """The Brax, gymnax or unrolled task of an env config."""
+    if presets.is_unrolled(config.name):
+        from jaxes.tasks.unrolled import step_size_task
+
+        return step_size_task(
+            population_size,
+            unroll_length=config.episode_length,
+            truncation_length=presets.UNROLLED_TRUNCATION,
+            start_scale=0.1,
+        )
     shared = {
         "episodes_per_member": config.episodes_per_member,
         "eval_episodes": config.eval_episodes,

@@ -23,6 +23,8 @@ LEARNING_RATE_MEANING = (
 POLICIES = ("linear", "mlp", "vbn_mlp")
 # A gymnax env (jaxes.tasks.gymnax) also takes MinAtar's conv networks.
 GYMNAX_POLICIES = ("linear", "mlp", "vbn_mlp", "conv", "vbn_conv")
+# An unrolled meta-problem (presets.UNROLLED_ENVS) searches its meta-parameters, no policy.
+UNROLLED_POLICIES = ("log_step_size",)
 
 
 def strategy_default(strategy: str, setting: str):
@@ -54,8 +56,8 @@ SCHEDULED = {
 }
 DECAYS = {f"{name}_decay": name for name in SCHEDULED}
 LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
-# Strategies for unrolled meta-problems (a task that carries each member's inner state from
-# one truncation to the next): no env of jaxes train is one, so the command refuses them.
+# Strategies for unrolled meta-problems only (a task that carries each member's inner state
+# from one truncation to the next: presets.UNROLLED_ENVS).
 UNROLLED = ("pes", "nres")
 # Settings only some strategies take; any other strategy refuses them, naming the ones that do.
 OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
@@ -78,9 +80,8 @@ def takes(strategy: str, setting: str) -> bool:
 
 
 def takers(setting: str) -> list[str]:
-    """The strategies ``jaxes train`` runs (not ``UNROLLED``'s) that take ``setting``
-    (``takes``)."""
-    return [name for name in STRATEGIES if name not in UNROLLED and takes(name, setting)]
+    """The strategies that take ``setting`` (``takes``)."""
+    return [name for name in STRATEGIES if takes(name, setting)]
 
 
 def check_number(name: str, value, low: float, inclusive: bool) -> float:
@@ -113,7 +114,8 @@ def check_env_config(config) -> None:
     for name in ("backend", "policy"):
         if not isinstance(getattr(config, name), str):
             raise ConfigError(f"{name}: expected a string, got {getattr(config, name)!r}")
-    policies = GYMNAX_POLICIES if gymnax else POLICIES
+    unrolled = presets.is_unrolled(config.name)
+    policies = UNROLLED_POLICIES if unrolled else GYMNAX_POLICIES if gymnax else POLICIES
     if config.policy not in policies:
         raise ConfigError(f"policy: unknown {config.policy!r}; allowed: {list(policies)}")
     sizes = config.hidden_sizes
@@ -125,6 +127,9 @@ def check_env_config(config) -> None:
         )
     if gymnax:
         _check_gymnax_env(config.name, config.backend)
+        return
+    if unrolled:
+        _check_unrolled_env(config)
         return
     check_env_name(config.name)
     try:
@@ -163,12 +168,13 @@ def check_env_name(env: str) -> None:
       jaxes.app.checks.ConfigError: env: no env 'nope'; Brax's are ['ant', ...
     """
     names, _ = env_names("gymnax" if "-" in env else "brax")
-    if env in names:
+    if env in names or presets.is_unrolled(env):
         return
     brax_names, _ = env_names("brax")
     raise ConfigError(
         f"env: no env {env!r}; Brax's are {brax_names}, "
-        "gymnax's (CartPole-v1, Breakout-MinAtar, ...) are listed by `jaxes envs`"
+        "gymnax's (CartPole-v1, Breakout-MinAtar, ...) and the unrolled "
+        f"{', '.join(presets.UNROLLED_ENVS)} are listed by `jaxes envs`"
     )
 
 
@@ -191,12 +197,6 @@ def check_strategy_config(config) -> None:
     """The strategy's settings: each one it takes in range, none it does not take."""
     if config.name not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {config.name!r}; allowed: {sorted(STRATEGIES)}")
-    if config.name in UNROLLED:
-        raise ConfigError(
-            f"strategy: {config.name} estimates gradients of unrolled meta-problems, whose "
-            "inner states carry over between generations (jaxes.tasks.unrolled); the envs "
-            f"jaxes train runs are episodes with none, so call jaxes.{config.name} from Python"
-        )
     if not is_int(config.population_size) or config.population_size < 2:
         raise ConfigError(f"population_size: expected an int >= 2, got {config.population_size!r}")
     if not is_int(config.noise_rank) or config.noise_rank < 1:
@@ -303,3 +303,48 @@ def _check_gymnax_env(env: str, backend: str) -> None:
         gymnax_envs.observation_spec(env, *loaded)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def check_pairing(env: str, strategy: str, devices):
+    """What an unrolled meta-problem asks of the rest of a config: ``pes`` and ``nres`` run
+    only there (their estimates are for inner states carried from one generation to the
+    next), and its task keeps every member's inner state on one device. Returns ``devices``,
+    with a meta-problem's "every core" (0) as 1."""
+    unrolled = presets.is_unrolled(env)
+    if strategy in UNROLLED and not unrolled:
+        raise ConfigError(
+            f"strategy: {strategy} estimates gradients of unrolled meta-problems, whose inner "
+            f"states carry over between generations; {env} is an episodic env, so use --env "
+            f"{' or '.join(presets.UNROLLED_ENVS)}, or call jaxes.{strategy} from Python "
+            "(jaxes.tasks.unrolled)"
+        )
+    if unrolled and is_int(devices) and devices > 1:
+        raise ConfigError(
+            f"devices: {env} carries each member's inner state from one generation to the "
+            f"next, so its whole population runs on one device; use 1 (got {devices})"
+        )
+    return 1 if unrolled and devices == 0 else devices
+
+
+def _check_unrolled_env(config) -> None:
+    """An unrolled meta-problem: no backend, one unroll per member and per evaluation, no
+    observations, and an unroll (``episode_length`` inner steps) of whole truncations."""
+    name, k = config.name, presets.UNROLLED_TRUNCATION
+    if config.backend != "unrolled":
+        raise ConfigError(
+            f"backend: {name} is an unrolled meta-problem, which has no physics backend; leave "
+            f"--backend out (got {config.backend!r})"
+        )
+    for setting in ("episodes_per_member", "action_repeat", "eval_episodes"):
+        if getattr(config, setting) != 1:
+            raise ConfigError(
+                f"{setting}: {name} runs one unroll per member and per evaluation, with no "
+                f"actions to repeat; leave it at 1 (got {getattr(config, setting)})"
+            )
+    if config.normalize_observations:
+        raise ConfigError(f"normalize_observations: {name} has no observations; leave it false")
+    if config.episode_length % k:
+        raise ConfigError(
+            f"episode_length: {name} runs its unroll {k} inner steps a generation, so the "
+            f"unroll must be a multiple of {k} (got {config.episode_length})"
+        )

@@ -11,7 +11,7 @@ import sys
 def _loaded(args):
     """The run's config with eval's overrides, its task, the checkpoint step and state."""
     from jaxes.app import config as config_lib
-    from jaxes.app import train
+    from jaxes.app import presets, train
     from jaxes.app.build import build
 
     for name in ("episodes", "episode_length"):
@@ -23,8 +23,9 @@ def _loaded(args):
     _refuse_finetune_run(args.run_dir, getattr(args, "command", "eval"))
     config, _, task, step, state = train.load_run(args.run_dir, args.checkpoint)
     changes = {}
-    if hasattr(args, "episodes"):
-        changes["eval_episodes"] = args.episodes
+    if hasattr(args, "episodes"):  # a meta-problem's evaluation is one unroll
+        default = 1 if presets.is_unrolled(config.env.name) else 16
+        changes["eval_episodes"] = default if args.episodes is None else args.episodes
     if args.episode_length is not None:
         changes["episode_length"] = args.episode_length
     if changes:
@@ -76,9 +77,10 @@ def render_command(args) -> int:
     from jaxes.tasks.brax import render
 
     config, task, step, state = _loaded(args)
-    if presets.is_gymnax(config.env.name):
+    if presets.is_gymnax(config.env.name) or presets.is_unrolled(config.env.name):
+        family = "a gymnax environment" if presets.is_gymnax(config.env.name) else "unrolled"
         raise config_lib.ConfigError(
-            f"render: {config.env.name} is a gymnax environment; replays are for Brax runs only"
+            f"render: {config.env.name} is {family}; replays are for Brax runs only"
         )
     path = os.path.join(args.run_dir, "replay.html")
     params = centre(state.strategy_state)
@@ -90,8 +92,10 @@ def render_command(args) -> int:
 
 
 def envs_command(args) -> int:
-    """``jaxes envs``: the Brax environment names, then the gymnax ones, one per line; a family
-    whose extra is not installed is one line on stderr naming it (an error if both are)."""
+    """``jaxes envs``: the Brax environment names, then the gymnax ones, one per line, then the
+    unrolled meta-problems; a family whose extra is not installed is one line on stderr naming
+    it (an error if both are)."""
+    from jaxes.app.presets import UNROLLED_ENVS
     from jaxes.extras import MissingExtra
 
     names, missing = [], []
@@ -102,7 +106,7 @@ def envs_command(args) -> int:
             missing.append(str(err))
     if not names:
         raise MissingExtra("; ".join(missing))
-    print("\n".join(names))
+    print("\n".join(names + list(UNROLLED_ENVS)))
     for line in missing:
         print(f"jaxes: {line}", file=sys.stderr)
     return 0

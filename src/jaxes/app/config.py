@@ -23,6 +23,7 @@ from jaxes.app.checks import (
     check_env_name,
     check_loop_config,
     check_number,
+    check_pairing,
     check_strategy_config,
     gymnax_episode_length,
     is_int,
@@ -38,10 +39,11 @@ class EnvConfig:
     """What is trained: the env, its policy, and how members and the centre are scored.
 
     Attributes:
-      name: a Brax env (``brax.envs``) or a gymnax one (``CartPole-v1``, ``Breakout-MinAtar``).
-      backend: Brax's physics backend; ``"gymnax"`` for a gymnax env.
-      episode_length: steps per episode (a gymnax env's own time limit by default).
-      policy: ``linear``, ``mlp`` or ``vbn_mlp`` (gymnax also ``conv``, ``vbn_conv``).
+      name: a Brax env, a gymnax one (``CartPole-v1``) or a meta-problem (``meta_step_size``).
+      backend: Brax's physics backend; ``"gymnax"`` or ``"unrolled"`` for those families.
+      episode_length: steps per episode (gymnax's own limit by default; inner steps an unroll).
+      policy: ``linear``, ``mlp``, ``vbn_mlp`` (gymnax also ``conv``, ``vbn_conv``; a
+        meta-problem ``log_step_size``).
       hidden_sizes: the MLP's hidden layers.
       episodes_per_member: episodes averaged per member's fitness.
       action_repeat: env steps per policy decision.
@@ -293,6 +295,7 @@ def _filled(settings: dict) -> dict:
     check_env_name(env)  # before the preset, which may ask for an extra the env needs
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {strategy!r}; allowed: {sorted(STRATEGIES)}")
+    settings["devices"] = check_pairing(env, strategy, settings.get("devices"))
     preset = settings.get("preset")
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(f"preset: expected a name or nothing, got {preset!r}")
@@ -300,7 +303,9 @@ def _filled(settings: dict) -> dict:
         table = presets.preset(env, strategy, preset)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    filled = {name: value for name, value in table.items() if name not in settings}
+    # A preset's step size that the strategy does not take is left out (pes has no l2_coeff).
+    dropped = {k for k in presets.STEP_SIZE_SETTINGS if not takes(strategy, k)}
+    filled = {k: v for k, v in table.items() if k not in settings and k not in dropped}
     settings = {**settings, **filled}
     every, cadence = settings.get("checkpoint_every"), settings.get("eval_every")
     if "checkpoint_every" in filled and is_int(cadence) and cadence >= 1 and every % cadence:

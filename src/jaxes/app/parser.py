@@ -79,7 +79,7 @@ def _seeds(text: str) -> list[int]:
 
 # (flag, config field, type, help)
 TRAIN_FLAGS = [
-    ("--env", "env", str, "Brax or gymnax environment (see `jaxes envs`)"),
+    ("--env", "env", str, "Brax or gymnax environment, or meta_step_size (see `jaxes envs`)"),
     (
         "--preset",
         "preset",
@@ -180,7 +180,7 @@ TRAIN_FLAGS = [
         "policy",
         str,
         "linear, mlp or vbn_mlp (virtual batch normalisation); for gymnax grids (MinAtar) "
-        "also conv and vbn_conv",
+        "also conv and vbn_conv; meta_step_size: log_step_size",
     ),
     ("--hidden-sizes", "hidden_sizes", _int_list, "MLP hidden widths, e.g. 32,32"),
     ("--episodes-per-member", "episodes_per_member", int, "episodes averaged per member"),
@@ -252,9 +252,10 @@ def parser() -> argparse.ArgumentParser:
     finetune_arguments(sub)
     sub.add_parser(
         "envs",
-        help="list the environments: Brax's, then gymnax's",
+        help="list the environments: Brax's, then gymnax's, then the meta-problems",
         description="List the environment names `jaxes train --env` accepts: Brax's, then "
-        "gymnax's (a family whose extra is not installed is named on stderr).",
+        "gymnax's (a family whose extra is not installed is named on stderr), then the "
+        "unrolled meta-problems pes and nres train on (meta_step_size).",
     )
     return parser
 
@@ -263,13 +264,15 @@ def _train_arguments(sub) -> None:
     train = sub.add_parser(
         "train",
         help="train a policy with ES",
-        description="Train a policy on a Brax or gymnax environment with an evolution "
-        "strategy. Writes config.json, metrics.jsonl, checkpoints/ and, with the plot extra "
+        description="Train a policy on a Brax or gymnax environment (or the meta-parameters "
+        "of an unrolled meta-problem, meta_step_size) with an evolution strategy. Writes "
+        "config.json, metrics.jsonl, checkpoints/ and, with the plot extra "
         "(pip install 'jaxes[plot]'), learning_curve.png into --out. Settings come from "
         "the env's preset, then --config FILE.toml, then the flags (each overrides the one "
         "before).",
-        epilog="presets (jaxes.app.presets; sigma, learning_rate and l2_coeff are open_es's, "
-        "other strategies use their own):\n" + presets.table(),
+        epilog="presets (jaxes.app.presets; sigma, learning_rate and l2_coeff are open_es's "
+        "(meta_step_size's also pes's and nres's), other strategies use their own):\n"
+        + presets.table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for flag, field, kind, text in TRAIN_FLAGS:
@@ -344,7 +347,9 @@ def _run_reader_arguments(sub) -> None:
         description="Evaluate the newest checkpointed centre policy of a run.",
     )
     ev.add_argument("run_dir", help="a directory written by `jaxes train`")
-    ev.add_argument("--episodes", type=int, default=16, help="episodes to average (default 16)")
+    ev.add_argument(
+        "--episodes", type=int, help="episodes to average (default 16; meta_step_size: 1)"
+    )
     ev.add_argument("--seed", type=int, default=0, help="seed for the start states (default 0)")
     _checkpoint_flags(ev)
 

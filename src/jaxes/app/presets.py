@@ -182,6 +182,33 @@ CLASSIC_CONTROL = (
 PRESETS.update({game: MINATAR for game in MINATAR_GAMES})
 PRESETS.update({env: GYMNAX_CLASSIC for env in CLASSIC_CONTROL})
 
+# Unrolled meta-problems (jaxes.tasks.unrolled), for pes and nres (any strategy runs them:
+# open_es there is truncated ES). meta_step_size: the log step size of gradient descent on a
+# quadratic, from -4 (``step_size_task`` with start_scale 0.1; notebooks/13_meta_step_size),
+# an unroll of episode_length inner steps run UNROLLED_TRUNCATION a generation. A member's
+# fitness is minus its truncation's loss, an evaluation's return minus a whole unroll's.
+# P = 8, σ = 0.1, Adam 0.1: the notebook's for pes, nres and truncated ES alike, which takes
+# pes and nres to log η ≈ -2.0, the meta-loss's minimum (UNROLLED_TUNED_FOR keep them).
+UNROLLED_TRUNCATION = 10
+UNROLLED_TUNED_FOR = ("open_es", "pes", "nres")
+UNROLLED: dict = {
+    "backend": "unrolled",
+    "episode_length": 100,
+    "population_size": 8,
+    "sigma": 0.1,
+    "learning_rate": 0.1,
+    "l2_coeff": 0.0,
+    "generations": 150,
+    "policy": "log_step_size",
+    "hidden_sizes": (),
+    "eval_every": 10,
+    "eval_episodes": 1,
+    "checkpoint_every": 50,
+    "normalize_observations": False,
+}
+UNROLLED_ENVS = ("meta_step_size",)
+PRESETS.update({env: UNROLLED for env in UNROLLED_ENVS})
+
 # Every env name of each family, as Brax 0.14.2 and gymnax 1.0.1 register them. Where a family's
 # extra is installed its own registry is the list; where it is missing, these tell a name that
 # needs the extra from a name that is no env at all (tests/test_cli.py checks them against the
@@ -289,6 +316,16 @@ def is_gymnax(env) -> bool:
     return env in env_names()
 
 
+def is_unrolled(env) -> bool:
+    """Whether ``env`` names an unrolled meta-problem (``UNROLLED_ENVS``), not an env.
+
+    Example:
+      >>> is_unrolled("meta_step_size"), is_unrolled("hopper")
+      (True, False)
+    """
+    return env in UNROLLED_ENVS
+
+
 def preset(env: str, strategy: str = TUNED_FOR, name: str | None = None) -> dict:
     """The settings ``env`` trains with when nothing else is said (``DEFAULTS`` filled in),
     with the named row ``NAMED[name][env]`` laid over them; for a strategy other than
@@ -308,7 +345,7 @@ def preset(env: str, strategy: str = TUNED_FOR, name: str | None = None) -> dict
         check_named(name, env)
         named = NAMED[name][env]
     settings = {**DEFAULTS, **family, **PRESETS.get(env, {}), **named}
-    if strategy != TUNED_FOR:
+    if strategy not in (UNROLLED_TUNED_FOR if is_unrolled(env) else (TUNED_FOR,)):
         for name in STEP_SIZE_SETTINGS:
             settings.pop(name)
         settings.update({name: DEFAULTS[name] for name in NOISE_SETTINGS})
@@ -333,8 +370,9 @@ def table() -> str:
     lines += [
         f"{env}: {text(PRESETS[env]) or '(the defaults)'}"
         for env in sorted(PRESETS)
-        if env not in MINATAR_GAMES + CLASSIC_CONTROL
+        if env not in MINATAR_GAMES + CLASSIC_CONTROL + UNROLLED_ENVS
     ]
+    lines.append(f"{', '.join(UNROLLED_ENVS)} (unrolled): {text(UNROLLED)}")
     lines.append(f"{', '.join(MINATAR_GAMES)}: {text(MINATAR)}")
     lines.append(f"{', '.join(CLASSIC_CONTROL)} (and other gymnax envs): {text(GYMNAX_CLASSIC)}")
     for name, rows in NAMED.items():
