@@ -360,11 +360,13 @@ def table() -> str:
       ['defaults:', 'backend=spring', 'episode_length=1000']
     """
 
+    def value(v) -> str:
+        if isinstance(v, tuple):
+            return ",".join(map(str, v)) or "none"
+        return ENV_OWN if v is None else str(v)
+
     def text(settings: dict) -> str:
-        return " ".join(
-            f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else ENV_OWN if v is None else v}"
-            for k, v in settings.items()
-        )
+        return " ".join(f"{k}={value(v)}" for k, v in settings.items())
 
     lines = [f"defaults: {text(DEFAULTS)}"]
     lines += [
