@@ -674,16 +674,18 @@ def t_bbob_tagged(r: Results, names: tuple[str, ...], order: list[str]) -> str:
     rows = []
     for name in names:
         data = r(name)
+        suite = next(iter(data["experiments"].values()))["settings"]["suite"]
+        instances = suite.split("instances:")[1].split()[0]  # "bbob instances:1-2 ..."
         for s in sorted(data["summary"], key=lambda s: order.index(s["optimizer"])):
             budgets = sorted(s["solved"], key=int)
             rows.append(
-                [str(s["d"]), OPTIMIZERS[s["optimizer"]], str(s["problems"])]
+                [str(s["d"]), instances, OPTIMIZERS[s["optimizer"]], str(s["problems"])]
                 + [f"{s['solved'][b]:.3f}" for b in budgets]
                 + [f"{s['ecdf_area']:.3f}", reached(s["final_target_functions"])]
             )
     head = (
-        "d | optimizer | problems | 10·d | 100·d | 1000·d | 10⁴·d | ECDF area to 10⁴·d | "
-        "f* + 1e-8 reached (instances)"
+        "d | bbob instances | optimizer | problems | 10·d | 100·d | 1000·d | 10⁴·d | "
+        "ECDF area to 10⁴·d | f* + 1e-8 reached (instances)"
     )
     experiments = {
         name: [e | {"date_utc": e["started_utc"]} for e in r(name)["experiments"].values()]
@@ -698,12 +700,13 @@ def t_bbob_tagged(r: Results, names: tuple[str, ...], order: list[str]) -> str:
                 seen.add(m["command"])
                 kept.append(m)
         machines[name] = kept
-    return with_sources(markdown_table(head, "rllrrrrrl", rows), r, *names, machines=machines)
+    return with_sources(markdown_table(head, "rlllrrrrrl", rows), r, *names, machines=machines)
 
 
 @table("bbob-crfm")
 def t_bbob_crfm(r: Results) -> str:
-    return t_bbob_tagged(r, ("bbob_crfm.json", "bbob_crfm_d40.json"), ["jaxes-crfm", "evosax-crfm"])
+    names = ("bbob_crfm.json", "bbob_crfm_i3_7.json", "bbob_crfm_d40.json")
+    return t_bbob_tagged(r, names, ["jaxes-crfm", "evosax-crfm"])
 
 
 @table("bbob-ma")
