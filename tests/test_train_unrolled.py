@@ -1,6 +1,6 @@
 """``jaxes train --env meta_step_size`` (issue 62): pes and nres train from the command line on
-an unrolled meta-problem, resume bit-identically, and every setting the meta-problem cannot
-honour is one line naming it.
+an unrolled meta-problem, resume bit-identically, split over devices, and every setting the
+meta-problem cannot honour is one line naming it.
 
 The meta-problem is ``jaxes.tasks.unrolled.step_size_task``: the log step size of gradient
 descent on a quadratic, from -4, whose meta-loss (minus the evaluation's return) is about 56
@@ -37,7 +37,7 @@ def _evals(out) -> list[float]:
 def test_pes_and_nres_train_the_step_size_from_the_command_line(strategy, tmp_path):
     config = TrainConfig.make(env="meta_step_size", strategy=strategy)
     es, task = build(config)
-    assert config.loop.devices == 1 and task.chunk_size == es.population_size == 8
+    assert es.population_size == 8 and task.member_state is not None
     assert (task.unroll_length, task.truncation_length) == (100, 10)
     start = float(task.evaluate_policy(jax.random.key(0), task.init_params(None), None)[0])
     summary = _train(tmp_path / "run", strategy=strategy, generations=GENERATIONS)
@@ -73,7 +73,6 @@ def test_a_resumed_pes_run_is_the_uninterrupted_run_bit_for_bit(tmp_path):
     "settings, message",
     [
         ({"env": "hopper", "strategy": "nres"}, "^strategy: nres estimates gradients of unrolled"),
-        ({"devices": 2}, r"^devices: meta_step_size .* one device; use 1 \(got 2\)"),
         ({"episode_length": 95}, r"^episode_length: .* a multiple of 10 \(got 95\)"),
         ({"action_repeat": 2}, "^action_repeat: meta_step_size runs one unroll per member"),
         ({"eval_episodes": 4}, "^eval_episodes: meta_step_size runs one unroll"),
@@ -102,3 +101,15 @@ def test_eval_reads_a_meta_problem_run_and_render_refuses_it_in_one_line(tmp_pat
     assert "render: meta_step_size is unrolled; replays are for Brax runs only" in err
     assert cli.main(["envs"]) == 0
     assert capsys.readouterr().out.split()[-1] == "meta_step_size"
+
+
+def test_a_meta_problem_run_splits_over_devices_as_on_one(tmp_path):
+    """Each device evaluates its own particles' inner states (``Task.member_state``); the run
+    on two of the test's four CPU devices ends where the one-device run does."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _train(one, strategy="nres", generations=20, eval_every=10, devices=1)
+    _train(two, strategy="nres", generations=20, eval_every=10, devices=2)
+    (_, _, _, _, a), (_, _, _, _, b) = train.load_run(one), train.load_run(two)
+    np.testing.assert_allclose(a.strategy_state.params, b.strategy_state.params, rtol=1e-6)
+    np.testing.assert_allclose(a.task_state.inner, b.task_state.inner, rtol=1e-6)
+    np.testing.assert_allclose(_evals(one), _evals(two), rtol=1e-5)

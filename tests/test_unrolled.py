@@ -163,10 +163,21 @@ def test_the_strategy_contract_holds(name):
     assert jaxes.strategies.STRATEGIES[name] is UNROLLED[name]
 
 
-def test_the_unrolled_task_refuses_a_split_population_and_a_truncation_that_does_not_divide():
+def test_a_batch_sees_its_own_particles_and_a_truncation_must_divide_the_unroll():
     task = step_size_task(4, unroll_length=4, truncation_length=2)
-    with pytest.raises(ValueError, match="^members: an unrolled task .* got a batch of 2"):
-        task.evaluate(jax.random.key(0), jnp.zeros((2, 1)), task.init(None))
+    state = task.init(None)
+    with pytest.raises(ValueError, match="^members: an unrolled task .* a batch of 2 members"):
+        task.evaluate(jax.random.key(0), jnp.zeros((2, 1)), state)
+    state = state._replace(inner=state.inner * jnp.arange(1.0, 5.0)[:, None])  # distinct
+    whole = task.evaluate(jax.random.key(0), jnp.full((4, 1), -1.0), state)
+    halves = [
+        task.evaluate(jax.random.key(0), jnp.full((2, 1), -1.0), task.member_state(state, i, 2))
+        for i in (0, 2)
+    ]
+    leaves = zip(*map(jax.tree.leaves, (*halves, whole)), strict=True)
+    for first, second, want in leaves:  # fitness and inner states member by member; counts
+        got = jnp.concatenate([first, second]) if jnp.ndim(want) else first + second
+        np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="^truncation_length: 3 does not divide .* 2 or 4"):
         unrolled_task(None, None, 0.0, population_size=2, unroll_length=8, truncation_length=3)
 

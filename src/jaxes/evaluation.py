@@ -55,9 +55,11 @@ def map_members(
     chunk: int | None = None,
     first_is_even: bool | None = None,
     build: Callable[[Any, Any], Any] | None = None,
+    with_start: bool = False,
 ):
     """``batch_fn`` over members ``first .. first + count - 1`` of the population the last
-    ``ask`` drew, a chunk of members at a time.
+    ``ask`` drew, a chunk of members at a time (``with_start``: ``batch_fn(members, start)``,
+    with the chunk's first member index).
 
     ``build(state, i)`` makes what ``batch_fn`` gets for member ``i`` (default: the member,
     ``strategy.member``; ``strategy.perturbation`` gives its displacement instead).
@@ -78,11 +80,14 @@ def map_members(
 
     def run(start):
         if paired:
-            return batch_fn(strategy.members(state, start, chunk))
-        idx = start + jnp.arange(chunk, dtype=jnp.int32)
-        if displacements:
-            return batch_fn(_written(lambda i: build(state, i), idx))
-        return batch_fn(jax.vmap(lambda i: build(state, i))(idx))
+            members = strategy.members(state, start, chunk)
+        else:
+            idx = start + jnp.arange(chunk, dtype=jnp.int32)
+            if displacements:
+                members = _written(lambda i: build(state, i), idx)
+            else:
+                members = jax.vmap(lambda i: build(state, i))(idx)
+        return batch_fn(members, start) if with_start else batch_fn(members)
 
     starts = first + jnp.arange(0, count, chunk, dtype=jnp.int32)
     if starts.shape[0] == 1:
@@ -166,23 +171,39 @@ def evaluate_task(
     (low-rank) leaf; with dense noise the members themselves are built, bit-identical to
     ``centre + displacement``, so both paths see the same members."""
     chunk = getattr(task, "chunk_size", None)
+    member_state = getattr(task, "member_state", None)
+
+    def seen(start, batch):
+        """The task state a batch of members from ``start`` sees (``Task.member_state``)."""
+        if member_state is None:
+            return task_state
+        return member_state(task_state, start, jax.tree.leaves(batch)[0].shape[0])
+
     if getattr(task, "evaluate_factored", None) is not None and _factored(strategy, state):
         total = strategy.population_size if count is None else count
         chunk = chunk_size(strategy, state, total, chunk, factored=True)
         centre = trees.cast_like(state.params, state.dtypes)
 
-        def batch_fn(deltas):
-            return task.evaluate_factored(key, centre, deltas, task_state)
+        def batch_fn(deltas, start):
+            return task.evaluate_factored(key, centre, deltas, seen(start, deltas))
 
         build = strategy.perturbation
     else:
 
-        def batch_fn(members):
-            return task.evaluate(key, members, task_state)
+        def batch_fn(members, start):
+            return task.evaluate(key, members, seen(start, members))
 
         build = None
     fitness, stats, info = map_members(
-        strategy, state, batch_fn, first, count, chunk, first_is_even=first_is_even, build=build
+        strategy,
+        state,
+        batch_fn,
+        first,
+        count,
+        chunk,
+        first_is_even=first_is_even,
+        build=build,
+        with_start=True,
     )
 
     def merge(x):

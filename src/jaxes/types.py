@@ -123,6 +123,12 @@ class Task:
         (``dataclasses.replace``) replaces this too, or sets it to ``None``.
       chunk_size: members evaluated at once (it must divide each device's share); ``None``:
         as many as the strategy's memory budget holds.
+      member_state: ``member_state(task_state, first, count) -> task_state``, the task state
+        ``evaluate`` (and ``evaluate_factored``) sees for members ``first .. first + count - 1``
+        (``first`` traced), for a task whose state keeps a part per member (leading axis
+        ``P``, as ``jaxes.tasks.unrolled`` keeps each particle's inner state): that part
+        sliced, so the population can be evaluated in chunks and split over devices; ``None``:
+        every batch sees the whole task state.
 
     Tasks are not split across devices by themselves: ``jaxes.step.generation_step`` gives
     each device its members and gathers what ``evaluate`` returns, so a task never needs an
@@ -137,3 +143,4 @@ class Task:
     act: Callable[[Params, jax.Array, Any], jax.Array] | None = None
     evaluate_factored: Callable[[PRNGKey, Params, Any, Any], tuple[Fitness, Any, Any]] | None = None
     chunk_size: int | None = None
+    member_state: Callable[[Any, jax.Array, int], Any] | None = None

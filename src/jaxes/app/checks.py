@@ -305,25 +305,16 @@ def _check_gymnax_env(env: str, backend: str) -> None:
         raise ConfigError(str(err)) from None
 
 
-def check_pairing(env: str, strategy: str, devices):
-    """What an unrolled meta-problem asks of the rest of a config: ``pes`` and ``nres`` run
-    only there (their estimates are for inner states carried from one generation to the
-    next), and its task keeps every member's inner state on one device. Returns ``devices``,
-    with a meta-problem's "every core" (0) as 1."""
-    unrolled = presets.is_unrolled(env)
-    if strategy in UNROLLED and not unrolled:
+def check_pairing(env: str, strategy: str) -> None:
+    """``pes`` and ``nres`` run only on an unrolled meta-problem: their estimates are for
+    inner states carried from one generation to the next."""
+    if strategy in UNROLLED and not presets.is_unrolled(env):
         raise ConfigError(
             f"strategy: {strategy} estimates gradients of unrolled meta-problems, whose inner "
             f"states carry over between generations; {env} is an episodic env, so use --env "
             f"{' or '.join(presets.UNROLLED_ENVS)}, or call jaxes.{strategy} from Python "
             "(jaxes.tasks.unrolled)"
         )
-    if unrolled and is_int(devices) and devices > 1:
-        raise ConfigError(
-            f"devices: {env} carries each member's inner state from one generation to the "
-            f"next, so its whole population runs on one device; use 1 (got {devices})"
-        )
-    return 1 if unrolled and devices == 0 else devices
 
 
 def _check_unrolled_env(config) -> None:

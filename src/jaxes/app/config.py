@@ -295,7 +295,7 @@ def _filled(settings: dict) -> dict:
     check_env_name(env)  # before the preset, which may ask for an extra the env needs
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy: unknown {strategy!r}; allowed: {sorted(STRATEGIES)}")
-    settings["devices"] = check_pairing(env, strategy, settings.get("devices"))
+    check_pairing(env, strategy)
     preset = settings.get("preset")
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(f"preset: expected a name or nothing, got {preset!r}")

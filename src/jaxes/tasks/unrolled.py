@@ -7,8 +7,9 @@ The task state carries the inner states: one per member (a particle), stacked on
 inner state for ``K`` steps with that member's θ (fitness: minus the ``K`` losses' sum),
 ``update`` keeps the new inner states and counts the truncation, and after ``T / K`` of them
 the next ``evaluate`` starts every particle again from ``init_inner(key)`` (one fresh inner
-problem, shared by the particles). So ``evaluate`` must see the whole population, in member
-order: the task's ``chunk_size`` is ``P``, and a population split over devices is refused.
+problem, shared by the particles). A batch of members sees its own particles' inner states
+(``Task.member_state`` slices them), so the population is evaluated in chunks, or split over
+devices, as any other task's.
 
 The strategy counts the same truncations in its own state (PES's noise sums, NRES's kept
 noise); one ``evaluate`` and ``update`` per ``tell`` (``jaxes.step.generation_step``) keeps
@@ -110,11 +111,12 @@ def unrolled_task(
 
     def evaluate(key, members, task_state: UnrolledState):
         batch = jax.tree.leaves(members)[0].shape[0]
-        if batch != p:
+        particles = jax.tree.leaves(task_state.inner)[0].shape[0]
+        if batch != particles:
             raise ValueError(
-                f"members: an unrolled task continues each particle's inner state, so it "
-                f"evaluates all {p} members at once on one device; got a batch of {batch} "
-                "(a population split over devices, or another chunk_size)"
+                f"members: an unrolled task continues each particle's inner state, so a batch "
+                f"of {batch} members needs their {batch} inner states, got {particles} (pass "
+                "the task state task.member_state(task_state, first, count) gives)"
             )
         fresh = init_inner(key)
         restart = task_state.truncation == 0
@@ -126,6 +128,12 @@ def unrolled_task(
 
     def update(task_state: UnrolledState, inner) -> UnrolledState:
         return UnrolledState(inner, (task_state.truncation + 1) % truncations)
+
+    def member_state(task_state: UnrolledState, first, count: int) -> UnrolledState:
+        def rows(x):
+            return jax.lax.dynamic_slice_in_dim(x, first, count)
+
+        return task_state._replace(inner=jax.tree.map(rows, task_state.inner))
 
     def meta_loss(theta, key):
         return run(theta, init_inner(key), jnp.int32(0), unroll_length)[1]
@@ -140,7 +148,7 @@ def unrolled_task(
         evaluate_policy=evaluate_policy,
         init_params=lambda key: jax.tree.map(jnp.asarray, theta),
         update=update,
-        chunk_size=p,
+        member_state=member_state,
         unroll_length=unroll_length,
         truncation_length=k,
         meta_loss=meta_loss,
@@ -206,8 +214,8 @@ def step_size_task(
     Example:
       >>> import jax.numpy as jnp
       >>> task = step_size_task(4, unroll_length=20, truncation_length=5)
-      >>> [float(x) for x in task.init_params(None)], task.chunk_size
-      ([-4.0], 4)
+      >>> [float(x) for x in task.init_params(None)], task.unroll_length
+      ([-4.0], 20)
       >>> bool(task.meta_loss(jnp.array([-2.0]), None) < task.meta_loss(jnp.array([-4.0]), None))
       True
     """
