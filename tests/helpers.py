@@ -1,9 +1,13 @@
-"""What several test files share: the strategy table and the reader of printed numbers."""
+"""What several test files share: the strategy table, the reader of printed numbers, and the
+bit-for-bit comparison of two states."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+
+import jax
+import numpy as np
 
 import jaxes
 from jaxes.types import Strategy
@@ -67,3 +71,13 @@ def number(pattern: str, text: str) -> float:
     match = re.search(pattern + r"\s*" + NUMBER, text)
     assert match, f"{pattern!r} not printed; output:\n{text[-3000:]}"
     return float(match.group(1))
+
+
+def assert_states_identical(a, b) -> None:
+    """Every leaf of ``a`` equals ``b``'s bit for bit (keys by their data)."""
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb, strict=True):
+        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_states_identical
 
 import jaxes
 from jaxes.app import build as build_lib
@@ -139,10 +140,7 @@ def test_jaxes_train_runs_it_and_resumes_bit_identically(capsys, tmp_path):
     capsys.readouterr()
     (_, _, _, step_a, a), (_, _, _, step_b, b) = train.load_run(whole), train.load_run(parts)
     assert step_a == step_b == 3
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_states_identical(a, b)
     basis = np.asarray(a.strategy_state.basis)  # guided: the last step, checkpointed
     np.testing.assert_allclose(np.linalg.norm(basis, axis=0), 1.0, rtol=1e-5)
 

@@ -31,6 +31,7 @@ TINY = dict(
     policy="linear",
 )
 from conftest import TINY_FLAGS  # noqa: E402
+from helpers import assert_states_identical  # noqa: E402
 
 
 def jaxes_cli(*args, **kwargs):
@@ -46,15 +47,6 @@ def jaxes_cli(*args, **kwargs):
 def final_state(run_dir):
     _, _, _, step, state = train.load_run(run_dir)
     return step, state
-
-
-def assert_states_identical(a, b):
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb, strict=True):
-        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import os
 import jax
 import numpy as np
 import pytest
+from helpers import assert_states_identical
 
 from jaxes.app import cli, train
 from jaxes.app.build import build
@@ -62,10 +63,7 @@ def test_a_resumed_pes_run_is_the_uninterrupted_run_bit_for_bit(tmp_path):
     (_, _, _, step_a, a), (_, _, _, step_b, b) = train.load_run(whole), train.load_run(split)
     assert step_a == step_b == 30
     # The task state (each particle's inner state, the truncation count) resumes too.
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_states_identical(a, b)
     assert _evals(whole) == _evals(split)
 
 

@@ -129,12 +129,6 @@ def unrolled_task(
     def update(task_state: UnrolledState, inner) -> UnrolledState:
         return UnrolledState(inner, (task_state.truncation + 1) % truncations)
 
-    def member_state(task_state: UnrolledState, first, count: int) -> UnrolledState:
-        def rows(x):
-            return jax.lax.dynamic_slice_in_dim(x, first, count)
-
-        return task_state._replace(inner=jax.tree.map(rows, task_state.inner))
-
     def meta_loss(theta, key):
         return run(theta, init_inner(key), jnp.int32(0), unroll_length)[1]
 
@@ -148,11 +142,21 @@ def unrolled_task(
         evaluate_policy=evaluate_policy,
         init_params=lambda key: jax.tree.map(jnp.asarray, theta),
         update=update,
-        member_state=member_state,
+        member_state=particles,
         unroll_length=unroll_length,
         truncation_length=k,
         meta_loss=meta_loss,
     )
+
+
+def particles(task_state: UnrolledState, first, count: int) -> UnrolledState:
+    """The task state of particles ``first .. first + count - 1`` (an unrolled task's
+    ``member_state``): their inner states, and the truncation count they share."""
+
+    def rows(x):
+        return jax.lax.dynamic_slice_in_dim(x, first, count)
+
+    return task_state._replace(inner=jax.tree.map(rows, task_state.inner))
 
 
 def unroll_estimate(strategy: Strategy, task: UnrolledTask, theta, key: jax.Array):
