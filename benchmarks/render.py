@@ -705,7 +705,7 @@ def t_bbob_tagged(r: Results, names: tuple[str, ...], order: list[str]) -> str:
 
 @table("bbob-crfm")
 def t_bbob_crfm(r: Results) -> str:
-    names = ("bbob_crfm.json", "bbob_crfm_i3_7.json", "bbob_crfm_d40.json")
+    names = ("bbob_crfm.json", "bbob_crfm_i3_7.json", "bbob_crfm_i8_15.json", "bbob_crfm_d40.json")
     return t_bbob_tagged(r, names, ["jaxes-crfm", "evosax-crfm"])
 
 
