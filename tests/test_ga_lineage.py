@@ -3,11 +3,13 @@ encoding, issue 62): it runs the default GA's trajectory, its state holds two co
 (θ and θ₀) whatever ``T``, it stops updating at ``G`` and says so, and it checkpoints."""
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_states_identical
 
 import jaxes
 from jaxes.strategies.lineage import SeedLists
@@ -176,3 +178,44 @@ def test_a_seed_list_state_checkpoints_and_resumes_bit_identically(tmp_path):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             x, y = jax.random.key_data(x), jax.random.key_data(y)
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _train_ga(out, resume=False, **settings):
+    from jaxes.app import train
+    from jaxes.app.config import TrainConfig
+
+    settings = {"devices": 1, "eval_every": 10, "checkpoint_every": 10, **settings}
+    config = TrainConfig.make(env="fast", strategy="ga", **settings)
+    with open(os.devnull, "w") as quiet:
+        train.train_config(config, str(out), resume=resume, stream=quiet, plot=False)
+    return train.load_run(str(out))[-1].strategy_state
+
+
+def test_jaxes_train_lineage_runs_the_default_gas_run_resumes_and_splits(tmp_path):
+    """``jaxes train --strategy ga --lineage G``: the seed lists end where the parameters do,
+    a run stopped at 10 and resumed to 20 is the whole run bit for bit, and two devices end
+    where one does."""
+    plain = _train_ga(tmp_path / "plain", generations=20)
+    seeds = _train_ga(tmp_path / "seeds", generations=20, lineage=20)
+    assert type(seeds).__name__ == "GASeedState" and int(seeds.records.count) == 20
+    assert_states_identical(plain.params, seeds.params)
+    _train_ga(tmp_path / "split", generations=10, lineage=20)
+    assert_states_identical(seeds, _train_ga(tmp_path / "split", True, generations=20, lineage=20))
+    two = _train_ga(tmp_path / "two", generations=20, lineage=20, devices=2)
+    assert_states_identical(seeds.params, two.params)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"lineage": 10}, r"^lineage: ga keeps seed lists of at most 10 generations .* >= 20,"),
+        ({"lineage": 0}, r"^lineage: expected an int >= 1 \(or unset\), got 0"),
+        ({"lineage": 20, "strategy": "snes"}, r"^lineage: snes has no lineage setting; .*\['ga'\]"),
+    ],
+)
+def test_a_lineage_jaxes_train_cannot_honour_is_refused_naming_it(settings, message):
+    from jaxes.app.checks import ConfigError
+    from jaxes.app.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.make(**{"env": "fast", "strategy": "ga", "generations": 20, **settings})

@@ -24,6 +24,7 @@ STRATEGY_SETTINGS = (
     "noise",
     "temperature",
     "elite_ratio",
+    "lineage",
 )
 # What jaxes train always gives a factory. Guided ES guides with its own past steps (Meier et
 # al. 2019), the one surrogate gradient a run has, at α = 0.95 (benchmarks/guided_es.py's

@@ -60,7 +60,8 @@ LIMITS = {f"{name}_limit": f"{name}_decay" for name in SCHEDULED}
 # from one truncation to the next: presets.UNROLLED_ENVS).
 UNROLLED = ("pes", "nres")
 # Settings only some strategies take; any other strategy refuses them, naming the ones that do.
-OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", *DECAYS, *LIMITS)
+OPTIONAL = ("l2_coeff", "fitness_shaping", "temperature", "elite_ratio", "lineage", *DECAYS)
+OPTIONAL += tuple(LIMITS)
 
 
 def takes(strategy: str, setting: str) -> bool:
@@ -237,7 +238,20 @@ def check_strategy_config(config) -> None:
     _check_temperature(config.temperature, config.fitness_shaping)
     if config.elite_ratio is not None:
         _check_fraction("elite_ratio", config.elite_ratio)
+    if config.lineage is not None and (not is_int(config.lineage) or config.lineage < 1):
+        raise ConfigError(f"lineage: expected an int >= 1 (or unset), got {config.lineage!r}")
     _check_schedules(config)
+
+
+def check_lineage(lineage, generations) -> None:
+    """A seed-list GA updates ``lineage`` times at most (``jaxes.ga``'s "At G"), so a run
+    must not ask for more generations than that: the rest would change nothing."""
+    if lineage is not None and lineage < generations:
+        raise ConfigError(
+            f"lineage: ga keeps seed lists of at most {lineage} generations and then stops "
+            f"updating, fewer than generations={generations}; give a lineage >= {generations}, "
+            "or leave it out to keep the parents as parameters"
+        )
 
 
 def _check_fraction(name: str, value) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 
 from jaxes.app import presets
 from jaxes.app.checks import (
@@ -21,6 +20,7 @@ from jaxes.app.checks import (
     ConfigError,
     check_env_config,
     check_env_name,
+    check_lineage,
     check_loop_config,
     check_number,
     check_pairing,
@@ -80,7 +80,9 @@ class StrategyConfig:
         (``jaxes.subspace``), or the whole parameter space (``None``).
       temperature: snes's DES weights at this temperature (``None`` or 0: log-rank utilities).
       elite_ratio: the share of the population sep_cma_es, cma_es, ma_es and lm_ma_es
-        recombine.
+        recombine (ga: keeps as parents).
+      lineage: ga's parents as seed lists of at most this many generations (``None``: as
+        parameters; ``jaxes.ga``'s ``lineage``).
       sigma_decay, learning_rate_decay: σ and the step size times this factor every
         generation (``None``: constant; open_es, ars), never below ``sigma_limit`` and
         ``learning_rate_limit`` (``None``: no floor but the strategy's own).
@@ -98,6 +100,7 @@ class StrategyConfig:
     subspace_projection: str
     temperature: float | None
     elite_ratio: float | None
+    lineage: int | None
     sigma_decay: float | None
     sigma_limit: float | None
     learning_rate_decay: float | None
@@ -138,6 +141,7 @@ ADDED_LATER = {
     "preset": None,
     "temperature": None,
     "elite_ratio": None,
+    "lineage": None,
     "sigma_decay": None,
     "sigma_limit": None,
     "learning_rate_decay": None,
@@ -162,6 +166,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "learning_rate_limit": ("strategy", "learning_rate_limit"),
     "temperature": ("strategy", "temperature"),
     "elite_ratio": ("strategy", "elite_ratio"),
+    "lineage": ("strategy", "lineage"),
     "l2_coeff": ("strategy", "l2_coeff"),
     "fitness_shaping": ("strategy", "fitness_shaping"),
     "noise": ("strategy", "noise"),
@@ -224,6 +229,9 @@ class TrainConfig:
     strategy: StrategyConfig
     loop: LoopConfig
     preset: str | None = None
+
+    def __post_init__(self):
+        check_lineage(self.strategy.lineage, self.loop.generations)
 
     @classmethod
     def make(cls, **settings) -> TrainConfig:
@@ -360,37 +368,6 @@ def read_toml(path: str) -> dict:
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return data
-
-
-def recorded(config: TrainConfig, path: str) -> dict:
-    """``config``'s settings (``to_dict``) as the run whose ``config.json`` is ``path`` keeps
-    them: all of them for a new run; for a run written before a setting was added
-    (``ADDED_LATER``), without that setting where it still has the value the file meant, so
-    the run resumes (the runner refuses any setting its file lacks) and its file keeps its keys.
-    A value that differs from the one meant is kept, and the runner refuses the change.
-
-    Example:
-      >>> import json, os, tempfile
-      >>> config = TrainConfig.make(env="fast")
-      >>> path = os.path.join(tempfile.mkdtemp(), "config.json")
-      >>> "temperature" in recorded(config, path)  # a new run records every setting
-      True
-      >>> with open(path, "w") as f:
-      ...     json.dump({k: v for k, v in config.to_dict().items() if k != "temperature"}, f)
-      >>> "temperature" in recorded(config, path)
-      False
-    """
-    settings = config.to_dict()
-    if not os.path.isfile(path):
-        return settings
-    saved = rundir.read_json(path)
-    if not isinstance(saved, dict):
-        return settings  # the runner names the damaged file
-    return {
-        name: value
-        for name, value in settings.items()
-        if name in saved or name not in ADDED_LATER or value != ADDED_LATER[name]
-    }
 
 
 def read_config(path: str) -> TrainConfig:

@@ -141,6 +141,13 @@ TRAIN_FLAGS = [
         "share r of the population recombined (ga: kept as parents), μ = max(1, floor(r·P)) "
         f"({_strategies('elite_ratio')})",
     ),
+    (
+        "--lineage",
+        "lineage",
+        int,
+        "keep ga's parents as seed lists of at most G >= --generations mutations each "
+        "(Such et al.; unset: as parameters)",
+    ),
     ("--l2-coeff", "l2_coeff", float, "L2 penalty on the parameters (open_es)"),
     (
         "--fitness-shaping",
