@@ -64,6 +64,8 @@ criteria fire, every restart from x0 drawn uniformly in [-4, 4]^d, everything in
                `C = A Aᵀ`, `A = D (I + v vᵀ)^{1/2}`, with its `p_c`.
   evosax-crfm  evosax 0.3.2 `CR_FM_NES(λ, ...)` with `std_init` = 2 and the same λ0, in this
                script's IPOP loop, stopped by the same criteria on evosax's own `D`, `v`, `p_c`.
+  evosax-crfm-authors  the same with the two changes of benchmarks/_crfm_authors.py that make
+               evosax's `CR_FM_NES` the authors' algorithm (`w_rank` unclipped, their `μ_eff`).
 
 A run of jaxes or evosax ends before a generation that would pass the budget; pycma stops
 after the generation that reaches it (it can overrun by less than λ). The summary counts only
@@ -96,9 +98,11 @@ import shutil
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import _crfm_authors
 import _driver as driver
 import jax
 from _children import CpuWatch
@@ -135,6 +139,7 @@ OPTIMIZERS = (
     "evosax-ma",
     "evosax-lm-ma",
     "evosax-crfm",
+    "evosax-crfm-authors",
 )
 LABELS = {
     "jaxes-cma": "jaxes cma_es",
@@ -148,6 +153,7 @@ LABELS = {
     "evosax-ma": "evosax MA_ES",
     "evosax-lm-ma": "evosax LM_MA_ES",
     "evosax-crfm": "evosax CR_FM_NES",
+    "evosax-crfm-authors": "evosax CR_FM_NES as the authors'",
 }
 PACKAGES = ("jax", "jaxlib", "cma", "coco-experiment", "cocopp", "evosax")
 
@@ -382,7 +388,7 @@ def cr_fm_nes_with_stop(population_size: int, sigma: float):
 def initial_population_size(name: str, d: int) -> int:
     """λ0 = 4 + ⌊3 ln d⌋, rounded up to even for CR-FM-NES (mirrored pairs)."""
     lam = default_population_size(d)
-    return lam + lam % 2 if name.endswith("-crfm") else lam
+    return lam + lam % 2 if "-crfm" in name else lam
 
 
 def jaxes_factory(name: str):
@@ -460,6 +466,7 @@ EVOSAX_CLASSES = {
     "evosax-ma": "MA_ES",
     "evosax-lm-ma": "LM_MA_ES",
     "evosax-crfm": "CR_FM_NES",
+    "evosax-crfm-authors": "CR_FM_NES",
 }
 
 
@@ -477,8 +484,12 @@ def evosax_parts(name: str, lam: int, d: int):
     from jaxes.strategies import termination
 
     cls = getattr(algorithms, EVOSAX_CLASSES[name])
-    es = cls(population_size=lam, solution=jnp.zeros(d, jnp.float64))
-    params = es.default_params.replace(std_init=jnp.asarray(SIGMA0, jnp.float64))
+    if name == "evosax-crfm-authors":
+        es, params = _crfm_authors.authors(lam, d, jnp.float64)
+    else:
+        es = cls(population_size=lam, solution=jnp.zeros(d, jnp.float64))
+        params = es.default_params
+    params = params.replace(std_init=jnp.asarray(SIGMA0, jnp.float64))
     if name == "evosax-cma":
         from evosax.core.restart import IPOPRestart, cma_cond, spread_cond
 
@@ -498,7 +509,7 @@ def evosax_parts(name: str, lam: int, d: int):
     def geometry(state, params):
         if name == "evosax-ma":
             return transform_geometry(state.M)
-        if name == "evosax-crfm":
+        if name.startswith("evosax-crfm"):
             return restricted_geometry(state.D, state.v, state.p_c)
         m = state.M.shape[0]  # LM_MA_ES: evosax's vectors, used for i < generation_counter
         in_use = jnp.arange(m) < state.generation_counter
@@ -550,7 +561,8 @@ def run_evosax(name: str, recorder: Recorder, x0, d: int, budget: int, seed: int
             fitness = jnp.asarray(recorder.many(population))
             spent += lam
             evaluations += lam
-            state, _ = es.tell(tell_key, population, fitness, state, params)
+            with _crfm_authors.unclipped() if name.endswith("-authors") else nullcontext():
+                state, _ = es.tell(tell_key, population, fitness, state, params)
             if recorder.done():
                 reason = "target"
                 break

@@ -9,6 +9,12 @@ members were drawn with (recovered from the members: z = A⁻¹ (x - m)/σ), run
 `one_iteration()`, and every field is compared with jaxes's `tell`. It reports the largest
 relative error of each field over the run and which σ regimes (moving, not) were visited.
 
+evosax 0.3.2's `CR_FM_NES` is given the same state, members and fitness (its `tell`, with its
+own fitness shaping), and its fields are compared with the authors' the same way
+(`evosax_max_relative_error`): what evosax's version changes in the algorithm, measured. Then
+again with the two changes of `_crfm_authors` (`evosax_as_authors_max_relative_error`): the
+authors' weights, not clipped at 0 in `tell`, and the authors' `μ_eff`.
+
 Needs `crfmnes` (not a dependency of jaxes; it imports numpy only):
   .venv/bin/pip install --no-deps --target /tmp/crfmnes_ref crfmnes==1.0.0
   .venv/bin/python benchmarks/cr_fm_nes_reference.py --crfmnes /tmp/crfmnes_ref
@@ -17,14 +23,61 @@ Writes benchmarks/results/cr_fm_nes_reference.json (or `--out`).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
+import _crfm_authors
 import _driver as driver
 import numpy as np
 from _common import machine_info, write_results
 
 FIELDS = {"m": "params", "sigma": "sigma", "v": "v", "D": "diagonal", "ps": "path_sigma"}
 FIELDS |= {"pc": "path_c"}
+
+
+def evosax_tell(d: int, lam: int, authors: bool = False):
+    """evosax's `CR_FM_NES` `tell`, jitted, from a jaxes state and its members' z:
+    `tell(state, population, z, fitness) -> dict` of the authors' field names (`authors`:
+    with the two changes of `_crfm_authors`)."""
+    import jax
+    import jax.numpy as jnp
+    from evosax.algorithms import CR_FM_NES
+
+    if authors:
+        es, params = _crfm_authors.authors(lam, d, jnp.float64)
+    else:
+        es = CR_FM_NES(population_size=lam, solution=jnp.zeros(d, jnp.float64))
+        params = es.default_params
+
+    def tell(*args):
+        with _crfm_authors.unclipped() if authors else contextlib.nullcontext():
+            return traced(*args)
+
+    @jax.jit
+    def traced(state, population, z, fitness):
+        v = state.v
+        s = jnp.sqrt(1 + v @ v)
+        mine = es.init(jax.random.key(0), jnp.zeros(d, jnp.float64), params).replace(
+            mean=state.params,
+            std=state.sigma,
+            p_std=state.path_sigma,
+            p_c=state.path_c,
+            D=state.diagonal,
+            v=v,
+            z=z,
+            y=z + (s - 1) * jnp.outer(z @ v, v) / (v @ v),  # (I + v vᵀ)^½ z
+        )
+        new, _ = es.tell(jax.random.key(0), population, fitness, mine, params)
+        return {
+            "m": new.mean,
+            "sigma": new.std,
+            "v": new.v,
+            "D": new.D,
+            "ps": new.p_std,
+            "pc": new.p_c,
+        }
+
+    return tell
 
 
 def compare(ref, d: int, generations: int, seed: int) -> dict:
@@ -46,6 +99,8 @@ def compare(ref, d: int, generations: int, seed: int) -> dict:
     ask, tell = jax.jit(es.ask), jax.jit(es.tell)
     state = es.init(jax.random.key(seed), jnp.full(d, 3.0))
     worst, moving = dict.fromkeys(FIELDS, 0.0), set()
+    evosax = {"evosax": evosax_tell(d, lam), "evosax_as_authors": evosax_tell(d, lam, True)}
+    others = {name: dict.fromkeys(FIELDS, 0.0) for name in evosax}
     for g in range(generations):
         population, state = ask(jax.random.key(1000 + g), state)
         new, _ = tell(state, -jnp.asarray(f(population)))
@@ -65,20 +120,32 @@ def compare(ref, d: int, generations: int, seed: int) -> dict:
         finally:
             np.random.randn = draw
         moving.add(bool(np.linalg.norm(other.ps) >= other.chiN))
+        fitness = jnp.asarray(f(population))
+        told = {
+            name: tell(state, population, jnp.asarray(z), fitness) for name, tell in evosax.items()
+        }
         for theirs, mine in FIELDS.items():
             b = np.ravel(getattr(other, theirs))
-            a = np.ravel(np.asarray(getattr(new, mine)))
-            err = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
-            worst[theirs] = max(worst[theirs], err)
+            worst[theirs] = max(worst[theirs], relative(np.asarray(getattr(new, mine)), b))
+            for name, fields in told.items():
+                error = relative(np.asarray(fields[theirs]), b)
+                others[name][theirs] = max(others[name][theirs], error)
         state = new
     return {
         "d": d,
         "lambda": lam,
         "generations": generations,
         "max_relative_error": worst,
+        **{f"{name}_max_relative_error": errors for name, errors in others.items()},
         "regimes": sorted("moving" if r else "not moving" for r in moving),
         "f_at_end": float(np.min(f(population))),
     }
+
+
+def relative(a, b) -> float:
+    """The largest difference of `a` from `b`, relative to `b`'s largest entry."""
+    a, b = np.ravel(a), np.ravel(b)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
 
 
 def parse_args(argv: list[str]):
@@ -100,12 +167,14 @@ def run(args, argv: list[str]) -> None:
         sys.path.insert(0, args.crfmnes)
     import crfmnes.alg as ref
 
-    info = machine_info(argv, ("jax", "jaxlib", "numpy", "crfmnes"))
+    info = machine_info(argv, ("jax", "jaxlib", "numpy", "crfmnes", "evosax"))
     rows = [compare(ref, d, args.generations, 0) for d in args.dims]
     lines = [
         f"d = {r['d']}, λ = {r['lambda']}, {r['generations']} generations "
         f"({', '.join(r['regimes'])}): "
         + ", ".join(f"{k} {e:.1e}" for k, e in r["max_relative_error"].items())
+        + f"; evosax up to {max(r['evosax_max_relative_error'].values()):.1e}, with the two "
+        f"changes {max(r['evosax_as_authors_max_relative_error'].values()):.1e}"
         for r in rows
     ]
     write_results(args.out, info, [], lines, {"rows": rows})
