@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import _driver as driver
 import jax
@@ -48,6 +50,13 @@ def parse_args(argv: list[str]):
         help="FUNCTION@D:BUDGET, the budget in evaluations per d (default %(default)s)",
     )
     parser.add_argument("--chunk", type=int, default=500, help="generations per jitted call")
+    parser.add_argument(
+        "--libraries",
+        nargs="+",
+        choices=("jaxes", "evosax"),
+        default=["jaxes", "evosax"],
+        help="whose LM-MA-ES to run, each on the same problems and budget (default both)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.chunk = ["1@200:300", "2@200:300"], 200
@@ -82,29 +91,79 @@ def cma_es_at(d: int, lam: int) -> str:
     return f"runs: its state alone is {size / 2**20:.0f} MiB"
 
 
-def one_run(f: int, d: int, budget: int, chunk: int) -> dict:
+class Side(NamedTuple):
+    """One library's LM-MA-ES: its first state, a generation (`step(state, key, fn) ->
+    (state, values)`, `fn` minimised), its `tell` to plan (donated state), and how to read
+    its memory size m and σ from a state."""
+
+    state: Any
+    step: Callable
+    tell: Callable
+    memory_size: Callable
+    sigma: Callable
+
+
+def jaxes_side(lam: int, d: int) -> Side:
     import jaxes
+
+    es = jaxes.lm_ma_es(lam, sigma=SIGMA0)
+    state = es.init(jax.random.key(0), jnp.zeros(d, jnp.float64))
+    # init's key and its best-member recipe's key share one buffer: copy one to donate both.
+    state = state.replace(best=state.best._replace(key=jnp.array(state.best.key, copy=True)))
+
+    def step(state, key, fn):
+        population, state = es.ask(key, state)
+        values = fn(population)
+        return es.tell(state, -values)[0], values
+
+    fitness = jax.ShapeDtypeStruct((lam,), jnp.float64)
+    tell = jax.jit(es.tell, donate_argnums=0).lower(state, fitness).compile()
+    return Side(state, step, tell, lambda s: s.paths.shape[0], lambda s: s.sigma)
+
+
+def evosax_side(lam: int, d: int) -> Side:
+    """evosax 0.3.2's `LM_MA_ES(λ)` (its own m = 4 + ⌊3 ln d⌋), `std_init` = 2: its `tell`
+    takes the population as well as the fitness."""
+    from evosax.algorithms import LM_MA_ES
+
+    es = LM_MA_ES(lam, jnp.zeros(d, jnp.float64))
+    params = es.default_params.replace(std_init=jnp.asarray(SIGMA0, jnp.float64))
+    state = es.init(jax.random.key(0), jnp.zeros(d, jnp.float64), params)
+
+    def step(state, key, fn):
+        ask_key, tell_key = jax.random.split(key)
+        population, state = es.ask(ask_key, state, params)
+        values = fn(population)
+        return es.tell(tell_key, population, values, state, params)[0], values
+
+    def tell(state, population, values):
+        return es.tell(jax.random.key(0), population, values, state, params)
+
+    shapes = [jax.ShapeDtypeStruct(x, jnp.float64) for x in ((lam, d), (lam,))]
+    planned = jax.jit(tell, donate_argnums=0).lower(state, *shapes).compile()
+    return Side(state, step, planned, lambda s: s.M.shape[0], lambda s: s.std)
+
+
+SIDES = {"jaxes": jaxes_side, "evosax": evosax_side}
+
+
+def one_run(library: str, f: int, d: int, budget: int, chunk: int) -> dict:
     from jaxes.tasks import bbob
 
     problem = bbob.problem(f, d, 1)
     lam = 4 + int(math.floor(3 * math.log(d)))
-    es = jaxes.lm_ma_es(lam, sigma=SIGMA0)
     f_opt = float(problem.f_opt)
+    side = SIDES[library](lam, d)
 
     def generation(state, key):
-        population, state = es.ask(key, state)
-        values = problem.fn(population)
-        return es.tell(state, -values)[0], jnp.min(values)
+        state, values = side.step(state, key, problem.fn)
+        return state, jnp.min(values)
 
     def run(state, key):
         return jax.lax.scan(generation, state, jax.random.split(key, chunk))
 
-    state = es.init(jax.random.key(0), jnp.zeros(d, jnp.float64))
-    # init's key and its best-member recipe's key share one buffer: copy one to donate both.
-    state = state.replace(best=state.best._replace(key=jnp.array(state.best.key, copy=True)))
+    state = side.state
     compiled = jax.jit(run, donate_argnums=0).lower(state, jax.random.key(1)).compile()
-    fitness = jax.ShapeDtypeStruct((lam,), jnp.float64)
-    tell = jax.jit(es.tell, donate_argnums=0).lower(state, fitness).compile()
     hits: dict[str, int | None] = {str(k): None for k in TARGETS}
     best, evaluations, seconds = math.inf, 0, 0.0
     keys = jax.random.split(jax.random.key(2), budget * d // (lam * chunk) + 1)
@@ -121,35 +180,41 @@ def one_run(f: int, d: int, budget: int, chunk: int) -> dict:
                 hits[str(k)] = evaluations + (int(reached[0]) + 1) * lam
         best = float(deltas[-1])
         evaluations += lam * chunk
-        print(f"f{f} d={d}: {evaluations} evals, Δf {best:.3g}", file=sys.stderr, flush=True)
+        print(f"{library} f{f} d={d}: {evaluations} evals, Δf {best:.3g}", file=sys.stderr)
     return {
+        "library": library,
         "function": f,
         "d": d,
         "lambda": lam,
-        "memory_size": int(state.paths.shape[0]),
+        "memory_size": int(side.memory_size(state)),
         "budget": budget * d,
         "evaluations": evaluations,
         "best_delta_f": best,
         "hits": hits,
         "seconds": seconds,
         "us_per_evaluation": seconds / max(evaluations, 1) * 1e6,
-        "sigma_final": float(state.sigma),
+        "sigma_final": float(side.sigma(state)),
         "memory_chunk": plan(compiled),
-        "memory_tell": plan(tell),
+        "memory_tell": plan(side.tell),
         "state_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)),
         "cma_es": cma_es_at(d, lam),
     }
 
 
 def run(args, argv: list[str]) -> None:
-    info = machine_info(argv, ("jax", "jaxlib"), jax_backend=True)
-    rows = [one_run(f, d, budget, args.chunk) for f, d, budget in args.runs]
+    info = machine_info(argv, ("jax", "jaxlib", "evosax"), jax_backend=True)
+    rows = [
+        one_run(library, f, d, budget, args.chunk)
+        for f, d, budget in args.runs
+        for library in args.libraries
+    ]
     table = driver.markdown_table(
-        "function | d | λ = m | evaluations | best Δf | evals to 1e-8 | s | µs/eval | "
+        "library | function | d | λ = m | evaluations | best Δf | evals to 1e-8 | s | µs/eval | "
         "tell plan MiB | chunk plan MiB | state MiB | cma_es at this d",
-        "lrrrrrrrrrrl",
+        "llrrrrrrrrrrl",
         [
             [
+                r["library"],
                 f"f{r['function']}",
                 str(r["d"]),
                 str(r["lambda"]),
@@ -174,6 +239,8 @@ def run(args, argv: list[str]) -> None:
             "float": "float64 (jax_enable_x64)",
             "strategy": "jaxes.lm_ma_es(4 + floor(3 ln d), sigma=2), memory_size default "
             "(4 + floor(3 ln d)), from the origin; bbob instance 1",
+            "peer": "evosax 0.3.2 LM_MA_ES(4 + floor(3 ln d)), std_init 2, its own defaults "
+            "(m = 4 + floor(3 ln d)), the same problems, chunks and budget",
         },
         "rows": rows,
         "table": table,

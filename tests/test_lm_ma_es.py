@@ -122,6 +122,32 @@ def test_lm_ma_es_keeps_no_d_by_d_array():
     assert used / (4 * d) < 2 * 40 + 5 * lam, used / (4 * d)
 
 
+def scans(jaxpr):
+    """The operand shapes of every ``scan`` in ``jaxpr`` and the programs it calls."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            yield [v.aval.shape for v in eqn.invars]
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, list | tuple) else [value]:
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    yield from scans(getattr(inner, "jaxpr", inner))
+
+
+def test_tell_applies_the_transform_to_two_sums_not_to_every_member():
+    """The update's ``Σ w_i y_i`` and the moments' sums are linear in z, so ``tell`` applies
+    T (a scan over the m vectors) to ``Σ w_i z_i`` and ``Σ z_i`` only: on every member it costs
+    P times more, and ``ask`` has applied it already (benchmarks/lm_ma_es_large.py)."""
+    from jax.interpreters import partial_eval as pe
+
+    es = lm_ma_es(16, sigma=0.5)
+    _, state = es.ask(jax.random.key(1), es.init(jax.random.key(0), jnp.zeros(7)))
+    jaxpr = jax.make_jaxpr(es.tell)(state, jnp.zeros(16)).jaxpr
+    used, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))  # what XLA keeps
+    shapes = [operands[0] for operands in scans(used)]
+    assert shapes and (2, 7) in shapes and all(shape[0] != 16 for shape in shapes), shapes
+
+
 def test_bad_settings_name_the_argument():
     for make, message in [
         (lambda: lm_ma_es(8, memory_size=0), r"^memory_size: expected an int >= 1, got 0"),

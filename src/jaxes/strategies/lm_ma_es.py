@@ -179,7 +179,7 @@ def lm_ma_es(
         sample, w = est.sample, est.stats.weights
         k = constants_of(sample.z.shape[1])
         z_w = w @ sample.z
-        step = c_m * state.sigma * (w @ sample.y)
+        step = c_m * state.sigma * scale(state)[1].times(w @ sample.z)  # Σ w y = T Σ w z
         path_sigma = cumulate(state.path_sigma, k.c_sigma, k.mu_eff, z_w)
         c_c = jnp.asarray(k.c_c, z_w.dtype)[:, None]
         paths = cumulate(state.paths, c_c, k.mu_eff, z_w[None, :])
