@@ -724,6 +724,7 @@ def t_lm_ma_es_large(r: Results) -> str:
         hit = x["hits"].get("-8")
         rows.append(
             [
+                x.get("library", "jaxes"),
                 f"f{x['function']}",
                 f"{x['d']:,}",
                 str(x["lambda"]),
@@ -737,10 +738,10 @@ def t_lm_ma_es_large(r: Results) -> str:
             ]
         )
     head = (
-        "function | d | λ = m | evaluations | Δf at the end | evaluations to f* + 1e-8 | "
-        "µs/eval | donated `tell` plan MiB | state MiB | `cma_es(λ)` at this d"
+        "library | function | d | λ = m | evaluations | Δf at the end | evaluations to f* + "
+        "1e-8 | µs/eval | donated `tell` plan MiB | state MiB | `cma_es(λ)` at this d"
     )
-    return with_sources(markdown_table(head, "lrrrrrrrrl", rows), r, "lm_ma_es_large.json")
+    return with_sources(markdown_table(head, "llrrrrrrrrl", rows), r, "lm_ma_es_large.json")
 
 
 @table("cr-fm-nes-reference")
