@@ -89,7 +89,9 @@ def test_eval_reads_a_meta_problem_run_and_render_refuses_it_in_one_line(tmp_pat
     out = tmp_path / "run"
     _train(out, strategy="nres", generations=10)
     assert cli.main(["eval", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("meta_step_size: generation 10, return -")
+    printed = capsys.readouterr().out
+    assert printed.startswith("meta_step_size: generation 10, return -")
+    assert printed.rstrip().endswith("over one unroll of 100 inner steps")
     try:
         code = cli.main(["render", str(out)])
     except SystemExit as stop:

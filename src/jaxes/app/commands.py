@@ -54,6 +54,7 @@ def eval_command(args) -> int:
     import jax
     import numpy as np
 
+    from jaxes.app import presets
     from jaxes.strategies import centre
     from jaxes.training import compilation
 
@@ -62,9 +63,12 @@ def eval_command(args) -> int:
     # Compiled as training compiles its evaluation.
     evaluate = compilation.compile(jax.jit(task.evaluate_policy).lower(*inputs))
     returns = np.asarray(evaluate(*inputs))
+    over = f"{config.env.eval_episodes} episodes of up to {config.env.episode_length} steps"
+    if presets.is_unrolled(config.env.name):  # a meta-problem has no episodes
+        over = f"one unroll of {config.env.episode_length} inner steps"
     print(
         f"{config.env.name}: generation {step}, return {returns.mean():.2f} ± {returns.std():.2f} "
-        f"over {config.env.eval_episodes} episodes of up to {config.env.episode_length} steps"
+        f"over {over}"
     )
     return 0
 
