@@ -122,30 +122,48 @@ def test_lm_ma_es_keeps_no_d_by_d_array():
     assert used / (4 * d) < 2 * 40 + 5 * lam, used / (4 * d)
 
 
-def scans(jaxpr):
-    """The operand shapes of every ``scan`` in ``jaxpr`` and the programs it calls."""
+def operands(jaxpr, primitive: str):
+    """The operand shapes of every ``primitive`` in ``jaxpr`` and the programs it calls."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
+        if eqn.primitive.name == primitive:
             yield [v.aval.shape for v in eqn.invars]
         for value in eqn.params.values():
             for sub in value if isinstance(value, list | tuple) else [value]:
                 inner = getattr(sub, "jaxpr", None)
                 if inner is not None:
-                    yield from scans(getattr(inner, "jaxpr", inner))
+                    yield from operands(getattr(inner, "jaxpr", inner), primitive)
 
 
 def test_tell_applies_the_transform_to_two_sums_not_to_every_member():
     """The update's ``Σ w_i y_i`` and the moments' sums are linear in z, so ``tell`` applies
-    T (a scan over the m vectors) to ``Σ w_i z_i`` and ``Σ z_i`` only: on every member it costs
-    P times more, and ``ask`` has applied it already (benchmarks/lm_ma_es_large.py)."""
+    T to ``Σ w_i z_i`` and ``Σ z_i`` only: no scan over the vectors and no product with them
+    takes the ``P`` rows (``ask`` has applied T to them already;
+    benchmarks/lm_ma_es_large.py)."""
     from jax.interpreters import partial_eval as pe
 
-    es = lm_ma_es(16, sigma=0.5)
+    es = lm_ma_es(16, sigma=0.5)  # m = 9 vectors at d = 7
     _, state = es.ask(jax.random.key(1), es.init(jax.random.key(0), jnp.zeros(7)))
     jaxpr = jax.make_jaxpr(es.tell)(state, jnp.zeros(16)).jaxpr
     used, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))  # what XLA keeps
-    shapes = [operands[0] for operands in scans(used)]
-    assert shapes and (2, 7) in shapes and all(shape[0] != 16 for shape in shapes), shapes
+    products = [x for x in operands(used, "dot_general") if (16, 7) in x]
+    assert products and all(x == [(16,), (16, 7)] for x in products), products  # masses @ z
+    assert all((16, 7) not in x for x in operands(used, "scan"))
+
+
+def test_paths_times_many_rows_through_its_compact_form(x64):  # noqa: F811
+    """Many rows go through ``T = s I + V K Vᵀ``, a few through the factors in turn; both are
+    the dense product (rates at LM-MA-ES's ``1/(1.5^j d)`` and a vector not in use)."""
+    n, m = 40, 8
+    vectors = jax.random.normal(jax.random.key(0), (m, n), jnp.float64)
+    rates = jnp.asarray(1 / (1.5 ** np.arange(m) * 3)).at[5].set(0.0)
+    dense = np.eye(n)
+    for v, c in zip(np.asarray(vectors), np.asarray(rates), strict=True):
+        dense = ((1 - c) * np.eye(n) + c * np.outer(v, v)) @ dense
+    s, k = Paths(vectors, rates).compact()
+    np.testing.assert_allclose(s * np.eye(n) + vectors.T @ k @ vectors, dense, atol=1e-12)
+    for rows in (1, 12):  # 8 rows >= m go through the compact form
+        z = np.asarray(jax.random.normal(jax.random.key(rows), (rows, n), jnp.float64))
+        np.testing.assert_allclose(Paths(vectors, rates).times(z), z @ dense.T, rtol=1e-11)
 
 
 def test_bad_settings_name_the_argument():

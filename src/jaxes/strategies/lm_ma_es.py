@@ -4,11 +4,12 @@ matrix replaced by ``m`` direction vectors, O(d·m) memory and time a member, fo
 
 Members are ``x_i = m + σ T z_i`` on the flattened params, ``T = A_k ⋯ A_1``,
 ``A_j = (1 - c_{d,j}) I + c_{d,j} p_j p_jᵀ`` over the ``k = min(t, m)`` vectors in use after
-``t`` updates: ``samplers.FullSampler`` with ``A = Paths(p, c_d)``, kept as its vectors
-(``times``, and ``solve`` by Sherman-Morrison for rounded members: O(d·m) each; a vector not in
-use has rate 0, ``A_j = I``). Each ``p_j`` is an evolution path of the selected ``z`` at its
-own rate; σ follows the path ``p_σ``. The mean's update is a centre-of-mass displacement, as
-in ``ma_es`` (``recombination``): ``m' = m + c_m (M - m)``.
+``t`` updates: ``samplers.FullSampler`` with ``A = samplers.Paths(p, c_d)``, kept as its
+vectors (``times``: the population as ``s z + V K Vᵀ z``, O(d·m²) a call; ``solve`` by
+Sherman-Morrison for rounded members, O(d·m) each; a vector not in use has rate 0,
+``A_j = I``). Each ``p_j`` is an evolution path of the selected ``z`` at its own rate; σ
+follows the path ``p_σ``. The mean's update is a centre-of-mass displacement, as in ``ma_es``
+(``recombination``): ``m' = m + c_m (M - m)``.
 
 The paper's constants, for ``λ = P``, ``μ = ⌊λ/2⌋``, ``w_k ∝ ln(μ + 1/2) - ln k``:
 ``m = 4 + ⌊3 ln d⌋``, ``c_σ = 2λ/d``, ``c_{d,j} = 1/(1.5^{j-1} d)``, ``c_{c,j} = λ/(4^{j-1} d)``,
@@ -34,7 +35,7 @@ from jaxes.strategies import settings
 from jaxes.strategies.cma_constants import default_population_size, effective_mass, elite_weights
 from jaxes.strategies.core import Rule, build
 from jaxes.strategies.ma_es import MAEstimate, check_settings, cumulate, recombination
-from jaxes.strategies.samplers import FullSampler, unflat
+from jaxes.strategies.samplers import FullSampler, Paths, unflat
 from jaxes.strategies.state import StrategyState, state_dataclass
 from jaxes.types import Strategy
 
@@ -55,39 +56,6 @@ class LMMAState(StrategyState):
     paths: jax.Array
     path_sigma: jax.Array
     updates: jax.Array
-
-
-class Paths(NamedTuple):
-    """``T = A_k ⋯ A_1``, ``A_j = (1 - c_j) I + c_j p_j p_jᵀ``: ``vectors`` (``m × d``), ``rates``.
-
-    Example:
-      >>> t = Paths(jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([0.5, 0.25]))
-      >>> y = t.times(jnp.array([1.0, 2.0]))
-      >>> y.tolist(), [round(x, 6) for x in t.solve(y).tolist()]
-      ([1.25, 1.25], [1.0, 2.0])
-    """
-
-    vectors: jax.Array
-    rates: jax.Array
-
-    def times(self, z: jax.Array) -> jax.Array:
-        """``T z`` for ``z`` of shape ``(..., d)``, row by row: ``A_1`` first."""
-
-        def factor(y, pair):
-            v, c = pair
-            return (1 - c) * y + c * jnp.sum(y * v, axis=-1, keepdims=True) * v, None
-
-        return jax.lax.scan(factor, z, (self.vectors, self.rates))[0]
-
-    def solve(self, y: jax.Array) -> jax.Array:
-        """``T⁻¹ y``, ``A_k`` first, each ``A_j⁻¹`` by Sherman-Morrison."""
-
-        def factor(x, pair):
-            v, c = pair
-            shrink = c / (1 - c + c * jnp.sum(v * v))
-            return (x - shrink * jnp.sum(x * v, axis=-1, keepdims=True) * v) / (1 - c), None
-
-        return jax.lax.scan(factor, y, (self.vectors, self.rates), reverse=True)[0]
 
 
 class Constants(NamedTuple):
