@@ -112,7 +112,7 @@ class Paths(NamedTuple):
         ``T = s I + V K Vᵀ`` (``compact``): two products with the vectors, where applying the
         ``A_j`` in turn reads every row ``2m`` times (at d = 10⁵ and m = 38 rows 12-17 times
         slower, float64 and float32, on a 2-core EPYC); a few rows (``tell``'s sums) in turn,
-        without the ``m × m × d`` Gram matrix."""
+        without the ``m²·d`` work of the Gram matrix."""
         if z.ndim == 2 and 8 * z.shape[0] >= self.vectors.shape[0]:
             s, k = self.compact()
             return s * z + ((z @ self.vectors.T) @ k.T) @ self.vectors
