@@ -14,7 +14,6 @@ import pytest
 from jaxes.app import build as build_lib
 from jaxes.app import checks
 from jaxes.app import config as config_lib
-from jaxes.app import train as train_lib
 from jaxes.app.config import TrainConfig
 from jaxes.strategies import STRATEGIES
 from jaxes.training import rundir
@@ -112,14 +111,14 @@ def test_a_run_written_before_the_new_settings_is_still_the_same_run(tmp_path):
     assert TrainConfig.from_dict(old) == config
     with pytest.raises(rundir.RunDirError, match="missing settings"):
         rundir.open_run(str(tmp_path), config.to_dict(), resume=False)  # what it was refused
-    assert rundir.open_run(str(tmp_path), train_lib.recorded(config, str(path)), False) == (
+    assert rundir.open_run(str(tmp_path), config_lib.recorded(config, str(path)), False) == (
         "restart"
     )
     assert json.loads(path.read_text()) == old  # the file keeps its keys
     # A new setting given to the old run is a change the runner refuses, naming it.
     hotter = config.replace(temperature=30.0)
     with pytest.raises(rundir.RunDirError, match="missing settings \\['temperature'\\]"):
-        rundir.open_run(str(tmp_path), train_lib.recorded(hotter, str(path)), resume=True)
+        rundir.open_run(str(tmp_path), config_lib.recorded(hotter, str(path)), resume=True)
 
 
 @pytest.mark.parametrize(

@@ -2,16 +2,16 @@
 strategy (``StrategyConfig``) and for how long (``LoopConfig``).
 
 ``TrainConfig.make(**settings)`` takes the settings by their flat names (``jaxes train``'s
-flags, ``config.json``'s keys), fills what is not given from the env's preset, and checks each
-part with its own small function, so a bad setting fails before anything is written, with a
-message that names it (and the file, when it came from one). ``config.json`` keeps the flat
-names (``to_dict``, ``from_dict``).
+flags, ``config.json``'s keys, which ``to_dict`` and ``from_dict`` keep), fills what is not
+given from the env's preset, and checks each part with its own small function, so a bad
+setting fails before anything is written, with a message that names it (and the file).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 from jaxes.app import presets
 from jaxes.app.checks import (
@@ -81,8 +81,7 @@ class StrategyConfig:
       temperature: snes's DES weights at this temperature (``None`` or 0: log-rank utilities).
       elite_ratio: the share of the population sep_cma_es, cma_es, ma_es and lm_ma_es
         recombine (ga: keeps as parents).
-      lineage: ga's parents as seed lists of at most this many generations (``None``: as
-        parameters; ``jaxes.ga``'s ``lineage``).
+      lineage: ga's parents as seed lists of at most this many generations (``jaxes.ga``).
       sigma_decay, learning_rate_decay: σ and the step size times this factor every
         generation (``None``: constant; open_es, ars), never below ``sigma_limit`` and
         ``learning_rate_limit`` (``None``: no floor but the strategy's own).
@@ -230,9 +229,6 @@ class TrainConfig:
     loop: LoopConfig
     preset: str | None = None
 
-    def __post_init__(self):
-        check_lineage(self.strategy.lineage, self.loop.generations)
-
     @classmethod
     def make(cls, **settings) -> TrainConfig:
         """The config of ``settings`` (flat names, ``FIELDS``), filled and checked."""
@@ -245,6 +241,7 @@ class TrainConfig:
             if part:
                 parts[part][field] = flat.get(name)
         built = {part: kind(**parts[part]) for part, kind in PARTS.items()}
+        check_lineage(built["strategy"].lineage, built["loop"].generations)  # across two parts
         return cls(**built, preset=flat.get("preset"))
 
     def get(self, name: str):
@@ -334,9 +331,8 @@ def _filled(settings: dict) -> dict:
     for name in OPTIONAL_NUMBERS:  # a TOML's `temperature = 30` is recorded as 30.0
         if is_int(settings.get(name)):
             settings[name] = float(settings[name])
-    sizes = settings.get("hidden_sizes")
-    if isinstance(sizes, list):
-        settings["hidden_sizes"] = tuple(sizes)
+    if isinstance(settings.get("hidden_sizes"), list):
+        settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
     return settings
 
 
@@ -368,6 +364,35 @@ def read_toml(path: str) -> dict:
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return data
+
+
+def recorded(config: TrainConfig, path: str) -> dict:
+    """``config``'s settings (``to_dict``) as the run whose ``config.json`` is ``path`` keeps
+    them: all of them for a new run; for a run written before a setting was added
+    (``ADDED_LATER``), without that setting where it still has the value the file meant, so
+    the run resumes (the runner refuses any setting its file lacks) and its file keeps its keys.
+    A value that differs from the one meant is kept, and the runner refuses the change.
+
+    Example:
+      >>> import json, os, tempfile
+      >>> config = TrainConfig.make(env="fast")
+      >>> path = os.path.join(tempfile.mkdtemp(), "config.json")
+      >>> "temperature" in recorded(config, path)  # a new run records every setting
+      True
+      >>> with open(path, "w") as f:
+      ...     json.dump({k: v for k, v in config.to_dict().items() if k != "temperature"}, f)
+      >>> "temperature" in recorded(config, path)
+      False
+    """
+    settings = config.to_dict()
+    saved = rundir.read_json(path) if os.path.isfile(path) else None
+    if not isinstance(saved, dict):
+        return settings  # a new run, or a file that is not an object (the runner names it)
+    return {
+        name: value
+        for name, value in settings.items()
+        if name in saved or name not in ADDED_LATER or value != ADDED_LATER[name]
+    }
 
 
 def read_config(path: str) -> TrainConfig:

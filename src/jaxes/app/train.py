@@ -19,7 +19,7 @@ import jax
 
 from jaxes import training
 from jaxes.app.build import build
-from jaxes.app.config import ADDED_LATER, TrainConfig, read_config
+from jaxes.app.config import TrainConfig, read_config, recorded
 from jaxes.step import TrainState
 from jaxes.strategies import centre
 from jaxes.training import checkpoint, rundir
@@ -109,37 +109,6 @@ def _loop_settings(config: TrainConfig, run_dir: str) -> dict:
         "config": recorded(config, os.path.join(run_dir, rundir.CONFIG)),
         "title": f"{config.strategy.name} on {config.env.name} ({config.env.backend}), "
         f"P={config.strategy.population_size}",
-    }
-
-
-def recorded(config: TrainConfig, path: str) -> dict:
-    """``config``'s settings (``to_dict``) as the run whose ``config.json`` is ``path`` keeps
-    them: all of them for a new run; for a run written before a setting was added
-    (``ADDED_LATER``), without that setting where it still has the value the file meant, so
-    the run resumes (the runner refuses any setting its file lacks) and its file keeps its keys.
-    A value that differs from the one meant is kept, and the runner refuses the change.
-
-    Example:
-      >>> import json, os, tempfile
-      >>> config = TrainConfig.make(env="fast")
-      >>> path = os.path.join(tempfile.mkdtemp(), "config.json")
-      >>> "temperature" in recorded(config, path)  # a new run records every setting
-      True
-      >>> with open(path, "w") as f:
-      ...     json.dump({k: v for k, v in config.to_dict().items() if k != "temperature"}, f)
-      >>> "temperature" in recorded(config, path)
-      False
-    """
-    settings = config.to_dict()
-    if not os.path.isfile(path):
-        return settings
-    saved = rundir.read_json(path)
-    if not isinstance(saved, dict):
-        return settings  # the runner names the damaged file
-    return {
-        name: value
-        for name, value in settings.items()
-        if name in saved or name not in ADDED_LATER or value != ADDED_LATER[name]
     }
 
 
