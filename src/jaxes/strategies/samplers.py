@@ -108,12 +108,13 @@ class Paths(NamedTuple):
     rates: jax.Array
 
     def times(self, z: jax.Array) -> jax.Array:
-        """``T z`` for ``z`` of shape ``(d,)`` or ``(rows, d)``. Many rows go through
-        ``T = s I + V K Vᵀ`` (``compact``): two products with the vectors, where applying the
-        ``A_j`` in turn reads every row ``2m`` times (at d = 10⁵ and m = 38 rows 12-17 times
-        slower, float64 and float32, on a 2-core EPYC); a few rows (``tell``'s sums) in turn,
-        without the ``m²·d`` work of the Gram matrix."""
-        if z.ndim == 2 and 8 * z.shape[0] >= self.vectors.shape[0]:
+        """``T z``. Rows ``(rows, d)`` (members: a population, a chunk, one member alone) go
+        through ``T = s I + V K Vᵀ`` (``compact``), two products with the vectors, where
+        applying the ``A_j`` in turn reads every row ``2m`` times (at d = 10⁵ and m = 38 rows
+        12-17 times slower, float64 and float32, on a 2-core EPYC). One vector ``(d,)`` (a
+        ``tell``'s weighted sum) goes through the ``A_j`` in turn, without the ``m²·d`` work of
+        the Gram matrix."""
+        if z.ndim == 2:
             s, k = self.compact()
             return s * z + ((z @ self.vectors.T) @ k.T) @ self.vectors
 
@@ -310,7 +311,10 @@ class FullSampler:
     def _flat_displacement(self, state, i, scale) -> jax.Array:
         sigma, a = scale
         theta = flat(state.params)
-        return sigma * _times(a, self._z(state.key, i, theta.shape[0], theta.dtype))
+        z = self._z(state.key, i, theta.shape[0], theta.dtype)
+        if hasattr(a, "times"):  # as a row, as members builds it (Paths: the compact form)
+            return sigma * a.times(z[None])[0]
+        return sigma * (a @ z)
 
     def member(self, state, i, scale):
         x = flat(state.params) + self._flat_displacement(state, i, scale)
@@ -347,7 +351,7 @@ class FullSampler:
                 # factors) costs P times less on the two sums than on every member. A
                 # matrix's product with every member is one matmul, kept as it rounds.
                 sums = jnp.stack([mass.astype(sample.z.dtype) @ sample.z, sample.z.sum(0)])
-                moment, total = (unflat(x, state.params) for x in sigma * a.times(sums))
+                moment, total = (unflat(x, state.params) for x in sigma * jax.vmap(a.times)(sums))
                 return centroid.PopulationMoments(
                     jnp.sum(mass), self.population_size, moment, total, None, None
                 )
