@@ -8,7 +8,7 @@ evosax departs from the authors in two places (its `cr_fm_nes.py`):
   positive weights only, where the authors' `w_rank = ŵ⁺/Σŵ⁺ - 1/λ` sums to 0;
 - `μ_eff` (and with it `c_σ`, `c_c`, `c_1`) comes from those unclipped weights.
 
-`authors(es_class, lam, d)` undoes both: the authors' `w_rank` as the fitness shaping, the
+`authors(lam, d, dtype)` undoes both: the authors' `w_rank` as the fitness shaping, the
 authors' `μ_eff` in the params, and, while `unclipped()` is in effect (when evosax traces its
 `tell`), the module's `jnp.clip` is the identity.
 """
