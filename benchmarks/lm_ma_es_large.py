@@ -6,7 +6,7 @@ For each run (function, d, budget): `jaxes.lm_ma_es(λ, sigma=2)` with the paper
 `lax.scan` (its state donated; ask, the JAX bbob function `jaxes.tasks.bbob.problem(f, d,
 1).fn` on the population, tell), until the best member reaches f* + 1e-8 or budget x d
 evaluations are spent (default runs: f1 and f2 at d = 1,000 with 3,000 d and 1,000 d; f1 at
-d = 10,000 with 20 d; about 6 minutes for both libraries on 2 cores at `c8097a9`). Reported:
+d = 10,000 with 20 d; about 5 minutes for both libraries on 2 cores at `c8097a9`). Reported:
 the evaluations to each target 10^k (k = 2, 0, -2, ..., -8) that was reached, the best Δf, the
 wall time (compile excluded), and `memory_analysis()` of the compiled chunk and of a donated
 `tell` alone (`jax.jit(...).lower(...).compile()`: arguments, temporaries, outputs and
@@ -17,7 +17,7 @@ runs the same problems, chunks and budgets the same way (its donated `tell` plan
 population it takes besides the fitness).
 
 Run:
-  .venv/bin/python benchmarks/lm_ma_es_large.py                # ~6 min on 2 cores
+  .venv/bin/python benchmarks/lm_ma_es_large.py                # ~5 min on 2 cores
   .venv/bin/python benchmarks/lm_ma_es_large.py --runs 1@10000:300   # f1, d = 10^4, 300 d
   .venv/bin/python benchmarks/lm_ma_es_large.py --quick        # d = 200, a few seconds
 Writes benchmarks/results/lm_ma_es_large.json (or lm_ma_es_large_quick.json).
