@@ -29,6 +29,19 @@ def test_every_leaf_keeps_its_bits_and_dtype_whatever_done_holds(done):
         np.testing.assert_array_equal(bits(got), bits(want))
 
 
+def test_flags_integers_and_a_tree_of_done_keep_their_bits():
+    # done as a pytree (every leaf is waited on; a key leaf is skipped), and a constant flag,
+    # which a select against False would fold away (test_tell: a donated tell's `pending`).
+    tree = {"flag": jnp.zeros((), bool), "flags": jnp.array([True, False]), "n": jnp.arange(3)}
+    done = {"x": jnp.array([jnp.inf]), "k": jax.random.key(0), "i": jnp.int32(-2)}
+    out = jax.jit(lambda: after(tree, done))()
+    for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(tree), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="done: expected at least one element"):
+        after(tree, {"k": jax.random.key(0)})
+
+
 def test_a_weight_tied_to_a_batched_input_stays_one_weight():
     w = jnp.arange(6.0).reshape(3, 2)
 

@@ -28,20 +28,32 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
 
-def _true_after(done: jax.Array) -> jax.Array:
-    """``True``, computed from ``done``'s first element ``d`` as a float (XLA folds an
-    integer's ``0 · d``): ``d · 0`` is ±0 or NaN, and XLA folds neither ``0 · d`` for floats
-    nor the test."""
-    if jnp.size(done) == 0:
-        raise ValueError(f"done: expected at least one element, got shape {jnp.shape(done)}")
-    zero = jnp.ravel(done)[0].astype(jnp.float32) * 0
+def _true_after(done) -> jax.Array:
+    """``True``, computed from the first element ``d`` of every array leaf of ``done`` as a
+    float (XLA folds an integer's ``0 · d``): ``d · 0`` is ±0 or NaN, and XLA folds neither
+    ``0 · d`` for floats nor the test. (A PRNG key leaf is not read: it has no number.)"""
+    firsts = [
+        jnp.ravel(x)[0].astype(jnp.float32)
+        for x in jax.tree.leaves(done)
+        if jnp.size(x) > 0 and not jax.dtypes.issubdtype(jnp.result_type(x), jax.dtypes.prng_key)
+    ]
+    if not firsts:
+        shapes = jax.tree.map(jnp.shape, done)
+        raise ValueError(f"done: expected at least one element in an array, got {shapes}")
+    zero = sum(firsts[1:], firsts[0]) * 0
     return (zero == 0) | jnp.isnan(zero)
 
 
 def _tie(tree, done):
-    # A select, not a product with one: XLA:CPU flushes subnormal products to zero.
+    # A select, not a product with one: XLA:CPU flushes subnormal products to zero. A flag's
+    # other value is its negation: ``where(keep, False, False)`` would fold to a constant.
     keep = _true_after(done)
-    return jax.tree.map(lambda x: jnp.where(keep, x, jnp.zeros((), x.dtype)), tree)
+
+    def tie(x):
+        other = ~x if jnp.result_type(x) == jnp.bool_ else jnp.zeros((), jnp.result_type(x))
+        return jnp.where(keep, x, other)
+
+    return jax.tree.map(tie, tree)
 
 
 @custom_vmap
@@ -59,8 +71,8 @@ def _tie_rule(axis_size, in_batched, tree, done):
 
 @jax.custom_jvp
 def after(tree, done):
-    """``tree`` (arrays), every leaf the same bits, computed after ``done`` (any array with an
-    element).
+    """``tree`` (arrays), every leaf the same bits, computed after ``done`` (an array with an
+    element, or a pytree of them: after every one).
 
     Under ``vmap`` a leaf is batched only where it was (a tie to a batched ``done`` reads its
     first element across the batch). Differentiates as the identity in ``tree``, zero in

@@ -12,6 +12,7 @@ import optax
 
 from jaxes import trees
 from jaxes.factored import lowrank as low_rank
+from jaxes.factored import ordering
 from jaxes.optim import takes_factors
 from jaxes.strategies.base import BestMember, StrategyInfo
 from jaxes.strategies.state import own_fields, scalar_dtype
@@ -42,13 +43,15 @@ def factored_write(optimizer: optax.GradientTransformation):
 class FitnessSummary(NamedTuple):
     """What ``tell`` reads off a population's fitness: over the finite values their number,
     mean, max and min (NaN if none is finite), and the best member (the first of the highest;
-    member 0 if none is finite)."""
+    member 0 if none is finite); ``pending``: the flag it was given, read in the same kernel
+    (``None`` if none was)."""
 
     count: jax.Array
     mean: jax.Array
     max: jax.Array
     min: jax.Array
     best_index: jax.Array
+    pending: jax.Array | None = None
 
     @property
     def informative(self) -> jax.Array:
@@ -57,25 +60,36 @@ class FitnessSummary(NamedTuple):
 
 
 def _summary_step(x, y):
-    (c1, v1, i1, l1), (c2, v2, i2, l2) = x, y
+    (c1, v1, i1, l1, p1), (c2, v2, i2, l2, p2) = x, y
     first = (v1 > v2) | ((v1 == v2) & (i1 < i2))
-    return c1 + c2, jnp.where(first, v1, v2), jnp.where(first, i1, i2), jnp.minimum(l1, l2)
+    best = jnp.where(first, v1, v2), jnp.where(first, i1, i2)
+    return c1 + c2, *best, jnp.minimum(l1, l2), jnp.minimum(p1, p2)
 
 
-def fitness_summary(fitness: jax.Array) -> FitnessSummary:
-    """``FitnessSummary`` of ``fitness``.
+def fitness_summary(fitness: jax.Array, pending: jax.Array | None = None) -> FitnessSummary:
+    """``FitnessSummary`` of ``fitness`` (and the flag ``pending``, passed through).
 
     The count, max (with its index) and min are one variadic reduction, not four: at a small
     population each reduction is its own kernel and its launch costs more than its work. The
-    sum stays ``jnp.sum``, whose pairwise order keeps the mean accurate at any P.
+    sum stays ``jnp.sum``, whose pairwise order keeps the mean accurate at any P. ``pending``
+    is read inside that reduction, so every later kernel reads the reduction's copy of it, not
+    the state's: the one kernel that reads the state's flag runs before ``tell`` writes it
+    (``finish_tell``).
     """
     finite = jnp.isfinite(fitness)
     ranked = jnp.where(finite, fitness, -jnp.inf)
     index = jnp.arange(fitness.shape[0], dtype=jnp.int32)
-    operands = (finite.astype(jnp.int32), ranked, index, jnp.where(finite, fitness, jnp.inf))
+    flag = jnp.ones((), bool) if pending is None else pending
+    operands = (
+        finite.astype(jnp.int32),
+        ranked,
+        index,
+        jnp.where(finite, fitness, jnp.inf),
+        jnp.broadcast_to(flag.astype(jnp.int32), fitness.shape),
+    )
     inf = jnp.asarray(jnp.inf, ranked.dtype)
-    init = (jnp.int32(0), -inf, jnp.int32(0), inf)
-    count, high, best, low = jax.lax.reduce(operands, init, _summary_step, (0,))
+    init = (jnp.int32(0), -inf, jnp.int32(0), inf, jnp.int32(1))
+    count, high, best, low, read = jax.lax.reduce(operands, init, _summary_step, (0,))
     some = count > 0
     total = jnp.sum(jnp.where(finite, fitness, 0.0))
     return FitnessSummary(
@@ -84,6 +98,7 @@ def fitness_summary(fitness: jax.Array) -> FitnessSummary:
         max=jnp.where(some, high, jnp.nan),
         min=jnp.where(some, low, jnp.nan),
         best_index=best,
+        pending=None if pending is None else read > 0,
     )
 
 
@@ -120,6 +135,10 @@ def strategy_info(summary, best_fitness, applied, update_norm, moments, sigma) -
 _SELECT_MAX_ENTRIES = 2**16
 
 
+def _small(tree) -> bool:
+    return sum(jnp.size(x) for x in jax.tree.leaves(tree)) <= _SELECT_MAX_ENTRIES
+
+
 def _when(condition, new: Callable, old):
     """``new()`` if ``condition`` else ``old``. For a big state, a ``lax.cond``: the new
     values are computed only in the branch that keeps them, so XLA updates donated buffers in
@@ -130,7 +149,7 @@ def _when(condition, new: Callable, old):
     def taken():
         return jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new(), old)
 
-    if sum(jnp.size(x) for x in jax.tree.leaves(old)) <= _SELECT_MAX_ENTRIES:
+    if _small(old):
         return jax.tree.map(lambda a, b: jnp.where(condition, a, b), taken(), old)
     return jax.lax.cond(condition, taken, lambda: old)
 
@@ -165,8 +184,8 @@ def finish_tell(
     ``jaxes.optim.TakesFactors``: no branch, whose operands XLA would copy).
     """
     fitness = jnp.asarray(fitness)
-    pending = state.pending
-    summary = fitness_summary(fitness)
+    summary = fitness_summary(fitness, state.pending)
+    pending = summary.pending
     applied = pending & summary.informative
     improved = pending & (summary.max > state.best_fitness)
     best = _best_member(state, summary.best_index, improved, scale)
@@ -190,13 +209,21 @@ def finish_tell(
         changes = {name: getattr(written, name) for name in own}
         update_norm = update_norm.astype(dtype)
     info = strategy_info(summary, best_fitness, applied, update_norm, moments, info_sigma)
-    new_state = state.replace(
+    written = dict(
         params=params,
         generation=state.generation + pending.astype(jnp.int32),
         pending=jnp.zeros((), bool),
         fitness=jnp.where(pending, fitness.astype(dtype), state.fitness),
         best_fitness=best_fitness,
-        best=best,
         **changes,
     )
-    return new_state, info
+    if _small(written):
+        # Donated, each field is written back into its own buffer, and the best-member
+        # recipe and the info read the old values (θ, the best fitness, σ); where nothing
+        # orders those reads before the writes, XLA copies the old values first, and in a
+        # small tell those copies (each one more kernel ready at the start, for XLA:CPU to hand
+        # to another thread) cost more than the rest of it (benchmarks/regimes.py --parts). So
+        # the writes wait for them (``ordering.after``, bit for bit). A big state is written in
+        # place inside ``_when``'s branch, where waiting would cost a θ-sized buffer.
+        written = ordering.after(written, (info, best))
+    return state.replace(best=best, **written), info
