@@ -219,11 +219,14 @@ def finish_tell(
     )
     if _small(written):
         # Donated, each field is written back into its own buffer, and the best-member
-        # recipe and the info read the old values (θ, the best fitness, σ); where nothing
-        # orders those reads before the writes, XLA copies the old values first, and in a
-        # small tell those copies (each one more kernel ready at the start, for XLA:CPU to hand
-        # to another thread) cost more than the rest of it (benchmarks/regimes.py --parts). So
-        # the writes wait for them (``ordering.after``, bit for bit). A big state is written in
-        # place inside ``_when``'s branch, where waiting would cost a θ-sized buffer.
-        written = ordering.after(written, (info, best))
+        # recipe and the info's σ and update norm read the old values (θ, the best fitness,
+        # σ); where nothing orders those reads before the writes, XLA copies the old values
+        # first, and in a small tell those copies (each one more kernel ready at the start,
+        # for XLA:CPU to hand to another thread) cost more than the rest of it
+        # (benchmarks/regimes.py --parts). So the writes wait for them (``ordering.after``,
+        # bit for bit). Not for the moments' norms, which read no state field: waiting for
+        # them changed how XLA fuses the moments, and a device's tell inside shard_map then
+        # rounded apart from one device's (examples/shard_map_loop.py). A big state is written
+        # in place inside ``_when``'s branch, where waiting would cost a θ-sized buffer.
+        written = ordering.after(written, (best, info.sigma, info.update_norm))
     return state.replace(best=best, **written), info
