@@ -24,22 +24,57 @@ def _dtype(fitness: jnp.ndarray) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(fitness), jnp.float32)
 
 
-# Up to this many members ties are found by comparing every pair (one fused kernel); above
-# it, by binary search in the sorted fitness (a loop, cheaper than P² comparisons).
+# Up to this many members ties are found by comparing every pair; above it, by binary search
+# in the sorted fitness (a loop, cheaper than P² comparisons).
 _COMPARE_ALL_MAX = 1024
-# Both counts of a pair comparison in one integer sum: "below" in the low bits, "equal" above
-# them (P <= 1024 < 2^11, so neither spills and P·2^11 + P fits an int32).
-_EQUAL_SHIFT = 11
+# XLA:CPU splits a kernel it estimates at over ~100 µs of work across threads, and estimates
+# one pass over P² comparisons past that from P ≈ 180, though it takes some 10 µs; the split
+# costs a thread's wake-up, ~50 µs on a 2-core machine (benchmarks/regimes.py, P = 256). So on
+# the CPU, populations in that band count in blocks of columns, one block a loop step, each
+# under the split; from 2^18 pairs the work pays for the split.
+_PAIRS_PER_BLOCK = 2**13
+_BLOCKED_PAIRS = (2**14, 2**18)
+
+
+def _count_below_and_equal(f: jnp.ndarray, others: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """For each ``f_i``: how many ``others`` are below it and how many equal it, both counts in
+    one variadic reduction (one kernel; no P × P array is stored). NaN ``others`` count in
+    neither."""
+    below = (others[None, :] < f[:, None]).astype(jnp.int32)
+    equal = (others[None, :] == f[:, None]).astype(jnp.int32)
+    zero = jnp.int32(0)
+    return jax.lax.reduce(
+        (below, equal), (zero, zero), lambda x, y: (x[0] + y[0], x[1] + y[1]), (1,)
+    )
+
+
+def _count_in_blocks(f: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """``_count_below_and_equal(f, f)`` over blocks of columns, one block a ``lax.scan`` step."""
+    p = f.shape[0]
+    block = max(1, _PAIRS_PER_BLOCK // p)
+    blocks = -(-p // block)
+    # NaN padding: it compares false with everything, so it counts nowhere.
+    columns = jnp.pad(f, (0, blocks * block - p), constant_values=jnp.nan)
+
+    def step(total, others):
+        return jax.tree.map(jnp.add, total, _count_below_and_equal(f, others)), None
+
+    zeros = (jnp.zeros(p, jnp.int32), jnp.zeros(p, jnp.int32))
+    return jax.lax.scan(step, zeros, columns.reshape(blocks, block))[0]
 
 
 def _tie_span(f: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """For each member, the first and last ascending positions of its tie group."""
-    if f.shape[0] <= _COMPARE_ALL_MAX:
-        # One reduction, not two: at a small P each is a kernel whose launch outweighs it.
-        below, equal = f[None, :] < f[:, None], f[None, :] == f[:, None]
-        packed = jnp.sum(below.astype(jnp.int32) | (equal.astype(jnp.int32) << _EQUAL_SHIFT), 1)
-        low = packed & ((1 << _EQUAL_SHIFT) - 1)
-        return low, low + (packed >> _EQUAL_SHIFT) - 1
+    """For each member, the first and last ascending positions of its tie group (``f``: no
+    NaN)."""
+    p = f.shape[0]
+    if p <= _COMPARE_ALL_MAX:
+        if _BLOCKED_PAIRS[0] < p * p <= _BLOCKED_PAIRS[1]:
+            below, equal = jax.lax.platform_dependent(
+                f, cpu=_count_in_blocks, default=lambda f: _count_below_and_equal(f, f)
+            )
+        else:
+            below, equal = _count_below_and_equal(f, f)
+        return below, below + equal - 1
     ordered = jnp.sort(f)
     return (
         jnp.searchsorted(ordered, f, side="left"),
