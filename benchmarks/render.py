@@ -194,7 +194,7 @@ THRESHOLDS = {"separate": 0.8, "separate_donated": 0.8, "fused": 1.0, "generatio
 REGIMES = ("regimes.json", "regimes_1m.json")
 # The newest run of the small cells (d <= 1,000), where the per-call cost decides the ratio;
 # the larger d come from REGIMES.
-REGIMES_SMALL, SMALL_MAX_D = "regimes_core_a756d78.json", 1_000
+REGIMES_SMALL, SMALL_MAX_D = "regimes_core_f193bbe.json", 1_000
 
 
 def regime_cells(r: Results) -> list[dict]:
