@@ -29,9 +29,9 @@ def _dtype(fitness: jnp.ndarray) -> jnp.dtype:
 _COMPARE_ALL_MAX = 1024
 # XLA:CPU splits a kernel it estimates at over ~100 µs of work across threads, and estimates
 # one pass over P² comparisons past that from P ≈ 180, though it takes some 10 µs; the split
-# costs a thread's wake-up, ~50 µs on a 2-core machine (benchmarks/regimes.py, P = 256). So on
-# the CPU, populations in that band count in blocks of columns, one block a loop step, each
-# under the split; from 2^18 pairs the work pays for the split.
+# costs a thread's wake-up, ~50 µs on a 2-core machine (docs/results/research-log.md, "Ranks
+# without a thread hand-off"). So on the CPU, populations in that band count in blocks of
+# columns, one block a loop step, each under the split; from 2^18 pairs the work pays for it.
 _PAIRS_PER_BLOCK = 2**13
 _BLOCKED_PAIRS = (2**14, 2**18)
 
