@@ -76,25 +76,29 @@ def _tie_span_by_two_sums(f):
 def test_tie_span_counts_match_two_sums(p):
     # Up to the largest P the counts serve, in one reduction (2, 17, 1024) and, on the CPU, in
     # blocks of columns with a padded last block (200); all members tied is the largest
-    # "equal" count.
+    # "equal" count. Batched (vmap), one reduction over the batch gives the same counts.
     rng = np.random.default_rng(p)
     for f in (rng.integers(0, 5, p).astype(np.float32), np.zeros(p, np.float32)):
         low, high = shaping._tie_span(jnp.asarray(f))
         want_low, want_high = _tie_span_by_two_sums(f)
         np.testing.assert_array_equal(low, want_low)
         np.testing.assert_array_equal(high, want_high)
+        batched = jax.vmap(shaping._tie_span)(jnp.stack([f, -f]))
+        np.testing.assert_array_equal(batched[0][0], want_low)
+        np.testing.assert_array_equal(batched[1][1], _tie_span_by_two_sums(-f)[1])
 
 
-@pytest.mark.parametrize("p, blocked", [(128, False), (256, True), (512, True), (1024, False)])
+@pytest.mark.parametrize("p, blocked", [(128, False), (256, True), (384, True), (512, False)])
 def test_only_the_band_xla_cpu_would_split_counts_in_blocks(p, blocked):
-    # 128 < P <= 512: one pass over the P² pairs is split across threads by XLA:CPU for less
+    # 128 < P <= 384: one pass over the P² pairs is split across threads by XLA:CPU for less
     # work than the split costs, so the CPU program counts in a loop over blocks; any other P,
-    # or another backend, in one reduction.
+    # another backend, or a batch of populations (vmap), in one reduction.
     f = jnp.zeros(p, jnp.float32)
     cpu = jax.jit(shaping._tie_span).trace(f).lower(lowering_platforms=("cpu",)).as_text()
     gpu = jax.jit(shaping._tie_span).trace(f).lower(lowering_platforms=("cuda",)).as_text()
+    batch = jax.jit(jax.vmap(shaping._tie_span)).lower(jnp.zeros((2, p))).as_text()
     assert ("stablehlo.while" in cpu) == blocked
-    assert "stablehlo.while" not in gpu
+    assert "stablehlo.while" not in gpu and "stablehlo.while" not in batch
 
 
 @pytest.mark.parametrize("name", ["log_rank", "cma"])

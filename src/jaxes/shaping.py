@@ -15,6 +15,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 Shaping = Callable[[jnp.ndarray], jnp.ndarray]
 
@@ -31,9 +32,10 @@ _COMPARE_ALL_MAX = 1024
 # one pass over P² comparisons past that from P ≈ 180, though it takes some 10 µs; the split
 # costs a thread's wake-up, ~50 µs on a 2-core machine (docs/results/research-log.md, "Ranks
 # without a thread hand-off"). So on the CPU, populations in that band count in blocks of
-# columns, one block a loop step, each under the split; from 2^18 pairs the work pays for it.
+# columns, one block a loop step, each under the split (P = 200-384: 58-71 µs a call in one
+# pass, 30-42 in blocks); at P = 512 the two take the same time, so the band ends before it.
 _PAIRS_PER_BLOCK = 2**13
-_BLOCKED_PAIRS = (2**14, 2**18)
+_BLOCKED_PAIRS = (128**2, 384**2)
 
 
 def _count_below_and_equal(f: jnp.ndarray, others: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
@@ -63,17 +65,33 @@ def _count_in_blocks(f: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     return jax.lax.scan(step, zeros, columns.reshape(blocks, block))[0]
 
 
+@custom_vmap
+def _counts(f: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """``_count_below_and_equal(f, f)``; on the CPU in blocks where one pass would be split."""
+    p = f.shape[0]
+    if _BLOCKED_PAIRS[0] < p * p <= _BLOCKED_PAIRS[1]:
+        return jax.lax.platform_dependent(
+            f, cpu=_count_in_blocks, default=lambda f: _count_below_and_equal(f, f)
+        )
+    return _count_below_and_equal(f, f)
+
+
+@_counts.def_vmap
+def _counts_batched(axis_size, in_batched, f):
+    # A batch of populations (vmapped seeds) is work enough for the split to pay: one
+    # reduction over the batch (8 populations of 256: 81 µs, in blocks 195 µs; research log).
+    del axis_size
+    if not in_batched[0]:
+        return _counts(f), (False, False)
+    return jax.vmap(lambda x: _count_below_and_equal(x, x))(f), (True, True)
+
+
 def _tie_span(f: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """For each member, the first and last ascending positions of its tie group (``f``: no
     NaN)."""
-    p = f.shape[0]
-    if p <= _COMPARE_ALL_MAX:
-        if _BLOCKED_PAIRS[0] < p * p <= _BLOCKED_PAIRS[1]:
-            below, equal = jax.lax.platform_dependent(
-                f, cpu=_count_in_blocks, default=lambda f: _count_below_and_equal(f, f)
-            )
-        else:
-            below, equal = _count_below_and_equal(f, f)
+    if f.shape[0] <= _COMPARE_ALL_MAX:
+        # Integer counts: nothing to differentiate (and ``custom_vmap`` has no derivative).
+        below, equal = _counts(jax.lax.stop_gradient(f))
         return below, below + equal - 1
     ordered = jnp.sort(f)
     return (
